@@ -1,0 +1,250 @@
+"""Token accounting: exact offline tiktoken counts, cheap rough estimates, incremental ledgers.
+
+tiktoken downloads its BPE files on first use; Concord never does. The `bpe-openai` package ships the same
+files, so we decompress them into a private cache named the way tiktoken expects (sha1 of the blob URL) and
+let tiktoken's own sha256 check guard them (R-T1).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import importlib.resources
+import json
+import os
+import tempfile
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import tiktoken
+
+__all__ = [
+    "ENCODINGS",
+    "IMAGE_TOKENS",
+    "TokenCounter",
+    "TokenLedger",
+    "estimate_messages_tokens_rough",
+    "estimate_request_tokens_rough",
+    "get_counter",
+    "message_text",
+    "prime_tiktoken_cache",
+]
+
+_BLOB_ROOT = "https://openaipublic.blob.core.windows.net/encodings/"
+ENCODINGS: dict[str, str] = {
+    "o200k_base": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+    "cl100k_base": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+}
+
+# Flat cost of one image part: OpenAI's high-detail 1024x1024 tile price. Base64 bytes are never tokenized.
+IMAGE_TOKENS = 765
+# Chat framing per message (role markers, separators) and per tool call (name/id/type wrapper).
+_MESSAGE_OVERHEAD = 4
+_TOOL_CALL_OVERHEAD = 8
+_REQUEST_OVERHEAD = 3
+_ROUGH_CHARS_PER_TOKEN = 4
+
+_prime_lock = threading.Lock()
+
+
+def _default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    path = Path(base) / "concord" / "tiktoken"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    except OSError:
+        fallback = Path(tempfile.gettempdir()) / "concord-tiktoken"
+        fallback.mkdir(parents=True, exist_ok=True)
+        return fallback
+
+
+def prime_tiktoken_cache(cache_dir: Path | None = None) -> Path:
+    """Write the BPE files shipped by ``bpe-openai`` where tiktoken looks for them; return the cache dir.
+
+    Idempotent: files already present with the right hash are left alone. Sets ``TIKTOKEN_CACHE_DIR``.
+    """
+    with _prime_lock:
+        cache = Path(cache_dir) if cache_dir else Path(os.environ.get("TIKTOKEN_CACHE_DIR") or _default_cache_dir())
+        cache.mkdir(parents=True, exist_ok=True)
+        data = importlib.resources.files("bpe_openai.data")
+        for name, sha256 in ENCODINGS.items():
+            target = cache / hashlib.sha1((_BLOB_ROOT + name + ".tiktoken").encode()).hexdigest()
+            if target.exists() and hashlib.sha256(target.read_bytes()).hexdigest() == sha256:
+                continue
+            raw = gzip.decompress(data.joinpath(f"{name}.tiktoken.gz").read_bytes())
+            if hashlib.sha256(raw).hexdigest() != sha256:
+                raise RuntimeError(f"bpe-openai's {name} data does not match tiktoken's expected hash")
+            tmp = target.with_suffix(".tmp")
+            tmp.write_bytes(raw)
+            tmp.replace(target)
+        os.environ["TIKTOKEN_CACHE_DIR"] = str(cache)
+        return cache
+
+
+def message_text(message: Mapping[str, Any]) -> str:
+    """All the text a message carries (content parts, tool-call names and arguments), images excluded."""
+    chunks: list[str] = []
+    content = message.get("content")
+    if isinstance(content, str):
+        chunks.append(content)
+    elif isinstance(content, list):
+        for part in content:
+            if isinstance(part, Mapping) and part.get("type") == "text":
+                chunks.append(str(part.get("text") or ""))
+    for call in message.get("tool_calls") or ():
+        fn = call.get("function") or {} if isinstance(call, Mapping) else {}
+        chunks.append(str(fn.get("name") or ""))
+        chunks.append(str(fn.get("arguments") or ""))
+    return "\n".join(chunks)
+
+
+def _image_count(message: Mapping[str, Any]) -> int:
+    content = message.get("content")
+    if not isinstance(content, list):
+        return 0
+    return sum(1 for p in content if isinstance(p, Mapping) and p.get("type") in ("image_url", "image"))
+
+
+class TokenCounter:
+    """Exact token counts for messages, tool schemas and whole requests, with a per-message LRU cache.
+
+    The cache key is a hash of the message's canonical JSON, so an unchanged message is never re-tokenized,
+    whichever list or session it appears in (R-T3).
+    """
+
+    def __init__(self, encoding: str = "o200k_base", cache_size: int = 50_000) -> None:
+        if encoding not in ENCODINGS:
+            raise ValueError(f"unknown encoding {encoding!r}; allowed: {', '.join(ENCODINGS)}")
+        prime_tiktoken_cache()
+        self.encoding_name = encoding
+        self._enc = tiktoken.get_encoding(encoding)
+        self._cache: OrderedDict[str, int] = OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+
+    def count_text(self, text: str) -> int:
+        """Tokens in plain text (special-token strings are counted as ordinary text)."""
+        return len(self._enc.encode_ordinary(text)) if text else 0
+
+    def _uncached_message(self, message: Mapping[str, Any]) -> int:
+        tokens = _MESSAGE_OVERHEAD + self.count_text(str(message.get("role") or ""))
+        if message.get("name"):
+            tokens += 1 + self.count_text(str(message["name"]))
+        tokens += self.count_text(message_text(message))
+        tokens += _TOOL_CALL_OVERHEAD * len(message.get("tool_calls") or ())
+        tokens += IMAGE_TOKENS * _image_count(message)
+        return tokens
+
+    def count_message(self, message: Mapping[str, Any]) -> int:
+        """Exact tokens of one chat message including framing, tool calls and a flat cost per image."""
+        key = hashlib.md5(
+            json.dumps(message, sort_keys=True, ensure_ascii=False, default=str).encode(), usedforsecurity=False
+        ).hexdigest()
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None:
+                self._cache.move_to_end(key)
+                return hit
+        value = self._uncached_message(message)
+        with self._lock:
+            self._cache[key] = value
+            if len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return value
+
+    def count_messages(self, messages: Iterable[Mapping[str, Any]]) -> int:
+        """Exact tokens of a message list (sum of per-message counts)."""
+        return sum(self.count_message(m) for m in messages)
+
+    def count_tools(self, tools: Sequence[Mapping[str, Any]] | None) -> int:
+        """Exact tokens of the tool schemas sent with a request."""
+        if not tools:
+            return 0
+        return self.count_text(json.dumps(list(tools), ensure_ascii=False, separators=(",", ":")))
+
+    def count_request(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        system: str | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> int:
+        """Exact prompt tokens of a request: system prompt + messages + tool schemas."""
+        total = _REQUEST_OVERHEAD + self.count_messages(messages) + self.count_tools(tools)
+        if system:
+            total += self.count_message({"role": "system", "content": system})
+        return total
+
+
+_counters: dict[str, TokenCounter] = {}
+_counters_lock = threading.Lock()
+
+
+def get_counter(encoding: str = "o200k_base") -> TokenCounter:
+    """The process-wide counter for an encoding (loading a BPE table costs ~0.3 s, so share it)."""
+    with _counters_lock:
+        counter = _counters.get(encoding)
+        if counter is None:
+            counter = _counters[encoding] = TokenCounter(encoding)
+        return counter
+
+
+class TokenLedger:
+    """Running token total of an append-only message list: each sync costs O(new messages).
+
+    Messages are treated as immutable values; if the list no longer starts with what the ledger saw (a
+    compaction replaced it), the ledger recounts from scratch, which the per-message cache makes cheap.
+    """
+
+    def __init__(self, counter: TokenCounter) -> None:
+        self._counter = counter
+        self._seen = 0
+        self._last: Mapping[str, Any] | None = None
+        self.total = 0
+
+    def sync(self, messages: Sequence[Mapping[str, Any]]) -> int:
+        """Bring the total up to date with ``messages`` and return it."""
+        n = len(messages)
+        still_prefix = n >= self._seen and (self._seen == 0 or messages[self._seen - 1] is self._last)
+        if not still_prefix:
+            self._seen, self.total = 0, 0
+        for message in messages[self._seen :]:
+            self.total += self._counter.count_message(message)
+        self._seen = n
+        self._last = messages[-1] if messages else None
+        return self.total
+
+    def reset(self) -> None:
+        """Forget everything (the next sync recounts)."""
+        self._seen, self._last, self.total = 0, None, 0
+
+
+def estimate_messages_tokens_rough(messages: Iterable[Mapping[str, Any]]) -> int:
+    """Cheap chars/4 estimate of a message list; images at a flat cost, base64 never counted."""
+    chars = 0
+    images = 0
+    count = 0
+    for message in messages:
+        count += 1
+        chars += len(message_text(message))
+        images += _image_count(message)
+    return chars // _ROUGH_CHARS_PER_TOKEN + count * _MESSAGE_OVERHEAD + images * IMAGE_TOKENS
+
+
+def estimate_request_tokens_rough(
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    system: str | None = None,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+) -> int:
+    """Cheap estimate of a whole request; includes tool schemas, which alone can be 20-30K tokens (R-T2)."""
+    total = estimate_messages_tokens_rough(messages) + _REQUEST_OVERHEAD
+    if system:
+        total += len(system) // _ROUGH_CHARS_PER_TOKEN + _MESSAGE_OVERHEAD
+    if tools:
+        total += len(json.dumps(list(tools), ensure_ascii=False, separators=(",", ":"))) // _ROUGH_CHARS_PER_TOKEN
+    return total

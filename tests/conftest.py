@@ -1,0 +1,64 @@
+"""Shared fixtures: real service URLs (PostgreSQL, Redis) with skip-or-fail semantics, and the corpus root.
+
+Tests needing a service use the ``postgres_url`` / ``redis_url`` fixtures. When the service is not
+configured or not answering they skip, unless ``CONCORD_REQUIRE_SERVICES=1`` (set by .ci/run), which turns
+the skip into a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CORPUS_ROOT = Path(os.environ.get("CONCORD_CORPUS_DIR", REPO_ROOT.parent / "shared" / "corpus"))
+
+
+def _require_services() -> bool:
+    return os.environ.get("CONCORD_REQUIRE_SERVICES", "") not in ("", "0", "false")
+
+
+def _answering(url: str, default_port: int) -> bool:
+    parsed = urlparse(url)
+    try:
+        with socket.create_connection((parsed.hostname or "127.0.0.1", parsed.port or default_port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def _service(env: str, default_port: int) -> str:
+    url = os.environ.get(env)
+    if not url:
+        message = f"{env} is not set"
+    elif not _answering(url, default_port):
+        message = f"{env}={url} is not answering"
+    else:
+        return url
+    if _require_services():
+        pytest.fail(f"required service missing: {message}", pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    """URL of a real PostgreSQL (``postgresql+asyncpg://…``) for this test run."""
+    return _service("CONCORD_TEST_POSTGRES_URL", 5432)
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """URL of a real Redis (``redis://…/15``) for this test run."""
+    return _service("CONCORD_TEST_REDIS_URL", 6379)
+
+
+@pytest.fixture(scope="session")
+def corpus_root() -> Path:
+    """``../shared/corpus``; tests using it skip when it is absent."""
+    if not CORPUS_ROOT.is_dir():
+        pytest.skip(f"corpus not found at {CORPUS_ROOT}")
+    return CORPUS_ROOT
