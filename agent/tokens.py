@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import importlib.resources
+import importlib.util
 import json
 import os
 import tempfile
@@ -62,6 +62,14 @@ def _default_cache_dir() -> Path:
         return fallback
 
 
+def _bpe_data_dir() -> Path:
+    # Locate bpe-openai's data without importing the package: its __init__ loads a 74 MB native encoder.
+    spec = importlib.util.find_spec("bpe_openai")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the bpe-openai package (it ships tiktoken's BPE files) is not installed")
+    return Path(next(iter(spec.submodule_search_locations))) / "data"
+
+
 def prime_tiktoken_cache(cache_dir: Path | None = None) -> Path:
     """Write the BPE files shipped by ``bpe-openai`` where tiktoken looks for them; return the cache dir.
 
@@ -70,12 +78,12 @@ def prime_tiktoken_cache(cache_dir: Path | None = None) -> Path:
     with _prime_lock:
         cache = Path(cache_dir) if cache_dir else Path(os.environ.get("TIKTOKEN_CACHE_DIR") or _default_cache_dir())
         cache.mkdir(parents=True, exist_ok=True)
-        data = importlib.resources.files("bpe_openai.data")
+        data = _bpe_data_dir()
         for name, sha256 in ENCODINGS.items():
             target = cache / hashlib.sha1((_BLOB_ROOT + name + ".tiktoken").encode()).hexdigest()
             if target.exists() and hashlib.sha256(target.read_bytes()).hexdigest() == sha256:
                 continue
-            raw = gzip.decompress(data.joinpath(f"{name}.tiktoken.gz").read_bytes())
+            raw = gzip.decompress((data / f"{name}.tiktoken.gz").read_bytes())
             if hashlib.sha256(raw).hexdigest() != sha256:
                 raise RuntimeError(f"bpe-openai's {name} data does not match tiktoken's expected hash")
             tmp = target.with_suffix(".tmp")

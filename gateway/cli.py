@@ -1,0 +1,120 @@
+"""The ``concord`` command line: run the gateway, inspect config, count tokens, compress transcripts, manage data."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from gateway.config import ConfigError, Settings, load_settings, masked_dump
+
+__all__ = ["main", "read_jsonl_messages"]
+
+EXIT_USAGE = 2
+
+
+class TranscriptError(ValueError):
+    """A JSONL transcript line is not a usable chat message."""
+
+
+_ROLES = {"system", "user", "assistant", "tool"}
+
+
+def read_jsonl_messages(path: Path) -> list[dict[str, Any]]:
+    """Read an OpenAI-format JSONL transcript (one message per line; blank lines ignored).
+
+    Raises `TranscriptError` naming the first bad line.
+    """
+    messages: list[dict[str, Any]] = []
+    try:
+        handle = path.open(encoding="utf-8")
+    except OSError as exc:
+        raise TranscriptError(f"{path}: cannot open ({exc.strerror})") from None
+    with handle:
+        for lineno, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                message = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise TranscriptError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
+            if not isinstance(message, dict):
+                raise TranscriptError(f"{path}:{lineno}: expected a JSON object, got {type(message).__name__}")
+            if message.get("role") not in _ROLES:
+                raise TranscriptError(f"{path}:{lineno}: unknown role {message.get('role')!r} "
+                                      f"(allowed: {', '.join(sorted(_ROLES))})")
+            messages.append(message)
+    return messages
+
+
+def _settings_or_exit() -> Settings:
+    try:
+        return load_settings()
+    except ConfigError as exc:
+        print(f"concord: {exc}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE) from None
+
+
+def _cmd_config_check(args: argparse.Namespace) -> int:
+    try:
+        settings = load_settings()
+    except ConfigError as exc:
+        print(f"concord: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(json.dumps(masked_dump(settings), indent=2, default=str))
+    if not settings.llm.configured:
+        print("note: no LLM configured (set CONCORD_LLM__BASE_URL and CONCORD_LLM__MODEL)", file=sys.stderr)
+    return 0
+
+
+def _cmd_tokens(args: argparse.Namespace) -> int:
+    from agent.tokens import TokenCounter, estimate_messages_tokens_rough
+
+    try:
+        messages = read_jsonl_messages(Path(args.file))
+    except TranscriptError as exc:
+        print(f"concord: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    counter = TokenCounter(args.encoding)
+    exact = counter.count_messages(messages)
+    rough = estimate_messages_tokens_rough(messages)
+    error = (rough - exact) / exact * 100 if exact else 0.0
+    report = {"file": args.file, "messages": len(messages), "encoding": args.encoding, "exact_tokens": exact,
+              "rough_tokens": rough, "rough_error_pct": round(error, 1)}
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(f"{args.file}: {len(messages)} messages, {exact:,} tokens ({args.encoding}); "
+              f"rough estimate {rough:,} ({error:+.1f}%)")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser for every ``concord`` subcommand."""
+    parser = argparse.ArgumentParser(prog="concord", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    config = sub.add_parser("config", help="inspect the configuration")
+    config_sub = config.add_subparsers(dest="config_command", required=True)
+    config_sub.add_parser("check", help="validate and print the effective config (secrets masked)").set_defaults(
+        func=_cmd_config_check)
+
+    tokens = sub.add_parser("tokens", help="count the tokens of an OpenAI-format JSONL transcript")
+    tokens.add_argument("file")
+    tokens.add_argument("--encoding", default="o200k_base", choices=["o200k_base", "cl100k_base"])
+    tokens.add_argument("--json", action="store_true", help="print one JSON object")
+    tokens.set_defaults(func=_cmd_tokens)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``concord`` console script."""
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
