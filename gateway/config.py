@@ -239,6 +239,8 @@ class Settings(BaseSettings):
         env_nested_delimiter="__",
         env_file=".env",
         env_file_encoding="utf-8",
+        # `KEY=` lines (as in .env.example) mean "not set", not an empty string.
+        env_ignore_empty=True,
         extra="forbid",
         validate_default=True,
     )

@@ -115,3 +115,19 @@ def test_secrets_never_printed(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ConfigError) as info:
         load_settings()
     assert "redispass99" not in str(info.value) and "redis.url" in str(info.value)
+
+
+def test_env_example_loads_as_dotenv_and_documents_every_key(tmp_path: Path) -> None:
+    example = Path(__file__).resolve().parents[2] / ".env.example"
+    (tmp_path / ".env").write_text(example.read_text())
+    settings = load_settings()
+    assert settings.gateway.sweep_cron == "*/30 * * * *"
+    documented = {line.split("=", 1)[0] for line in example.read_text().splitlines() if line.startswith("CONCORD_")}
+    expected = set()
+    for section, model in settings:
+        for key, value in model:
+            if hasattr(value, "model_fields"):
+                expected |= {f"CONCORD_{section}__{key}__{sub}".upper() for sub in type(value).model_fields}
+            else:
+                expected.add(f"CONCORD_{section}__{key}".upper())
+    assert expected - documented == set()
