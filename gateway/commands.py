@@ -1,8 +1,7 @@
 """Chat commands (R-G5): parsing, permissions and the texts users see.
 
 ``/compress [focus]`` (admin), ``/new``, ``/status``, ``/help``. Commands work the same on every platform;
-a Telegram-style ``/cmd@botname`` suffix is accepted when it names this bot and ignored (not ours) when it
-names another. Texts here are short on purpose: chat is not a log, and a summary never appears in it.
+adapters recognise them (``adapters.base.parse_command``, which drops ``/cmd@otherbot``). Texts here are short on purpose: chat is not a log, and a summary never appears in it.
 """
 
 from __future__ import annotations
@@ -10,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from adapters.base import Inbound
 from agent.compression.engine import CompressionResult
 
 __all__ = [
@@ -21,7 +21,6 @@ __all__ = [
     "format_help",
     "format_status",
     "is_admin",
-    "parse_command",
 ]
 
 COMMANDS: dict[str, str] = {
@@ -54,19 +53,12 @@ class Command:
         """Whether only admins may run it in this kind of chat."""
         return self.name in (GROUP_ADMIN_COMMANDS if in_group else ADMIN_COMMANDS)
 
-
-def parse_command(text: str, bot_username: str | None = None) -> Command | None:
-    """Parse ``/name[@bot] args``; None for plain text or a command addressed to another bot."""
-    stripped = text.strip()
-    if not stripped.startswith("/") or len(stripped) < 2:
-        return None
-    head, _, rest = stripped[1:].partition(" ")
-    name, _, target = head.partition("@")
-    if not name or not name.replace("_", "").isalnum():
-        return None
-    if target and (bot_username is None or target.lower() != bot_username.lower()):
-        return None
-    return Command(name.lower(), rest.strip())
+    @classmethod
+    def of(cls, inbound: Inbound) -> Command | None:
+        """The command an adapter recognised in ``inbound`` (adapters strip ``@botname`` suffixes)."""
+        if not inbound.is_command or not inbound.command:
+            return None
+        return cls(inbound.command.lower(), inbound.command_args.strip())
 
 
 def is_admin(platform: str, user_id: str, admins: list[str], hint: bool = False) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from adapters.base import Inbound
 from agent.compression.engine import CompressionResult
 from gateway.commands import (
     NOTHING_TO_COMPRESS,
@@ -13,26 +14,21 @@ from gateway.commands import (
     format_help,
     format_status,
     is_admin,
-    parse_command,
 )
 
 
-def test_parse_plain_text_is_not_a_command() -> None:
-    assert parse_command("hello /compress") is None
-    assert parse_command("/") is None
-    assert parse_command("/ compress") is None
-    assert parse_command("//etc/passwd") is None
+def _inbound(**kw: object) -> Inbound:
+    base = dict(platform="telegram", chat_id="c", chat_type="dm", thread_id=None, user_id="u", user_name="U",
+                message_id="1", text="")
+    base.update(kw)
+    return Inbound(**base)  # type: ignore[arg-type]
 
 
-def test_parse_name_and_focus() -> None:
-    assert parse_command("/Compress  the database migration ") == Command("compress", "the database migration")
-    assert parse_command("/status") == Command("status", "")
-
-
-def test_parse_bot_suffix() -> None:
-    assert parse_command("/status@ConcordBot", "concordbot") == Command("status")
-    assert parse_command("/status@OtherBot x", "concordbot") is None
-    assert parse_command("/status@OtherBot") is None
+def test_command_of_inbound() -> None:
+    assert Command.of(_inbound(text="hi")) is None
+    assert Command.of(_inbound(is_command=True, command="Compress", command_args=" db migration ")) == Command(
+        "compress", "db migration")
+    assert not Command("frobnicate").known and Command("status").known
 
 
 def test_admin_rules() -> None:
