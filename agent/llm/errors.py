@@ -11,7 +11,8 @@
     ├── LLMTimeout             request exceeded its timeout                          (retryable)
     ├── NetworkError           connect failure, peer closed, stream ended early
     ├── ServerError            5xx                                                   (retryable)
-    └── BadResponse            invalid JSON, empty content, unexpected shape
+    ├── BadResponse            invalid JSON, empty content, unexpected shape
+    └── InvalidRequest         any other 4xx: the provider rejected the request as malformed
 
 Messages never contain API keys: every text passes through `scrub_secrets` before it is stored.
 """
@@ -25,6 +26,7 @@ __all__ = [
     "BadResponse",
     "ContextOverflow",
     "ImageTooLarge",
+    "InvalidRequest",
     "LLMError",
     "LLMTimeout",
     "LongContextTier",
@@ -141,3 +143,7 @@ class ServerError(LLMError):
 
 class BadResponse(LLMError):
     """The reply could not be used: invalid JSON, empty content, or an unexpected shape."""
+
+
+class InvalidRequest(LLMError):
+    """Any other 4xx: the provider refused the request itself (bad parameter, unsupported feature)."""
