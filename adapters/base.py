@@ -1,0 +1,223 @@
+"""What every platform adapter shares: the inbound/outbound types, the Adapter contract, text splitting.
+
+An adapter turns platform events into one :class:`Inbound` type and hands each to a callback; it sends
+replies split at the platform's limit. Adapters import only their platform library and this module;
+they never import gateway code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Literal
+
+from adapters.split import LengthFn, split_message, utf16_len
+
+__all__ = [
+    "Adapter",
+    "Attachment",
+    "ChatRef",
+    "ChatType",
+    "Inbound",
+    "InboundHandler",
+    "Outbound",
+    "Platform",
+    "SendError",
+    "keep_alive",
+    "parse_command",
+    "split_message",
+    "utf16_len",
+]
+
+Platform = Literal["discord", "telegram", "console"]
+ChatType = Literal["dm", "group", "channel", "thread"]
+
+log = logging.getLogger(__name__)
+
+_COMMAND = re.compile(r"/([A-Za-z0-9_]+(?:@[A-Za-z0-9_]+)?)(?:\s+(.*))?$", re.DOTALL)
+
+
+class SendError(Exception):
+    """A reply could not be delivered after the adapter's own bounded retries."""
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """A file sent with a message: a fetchable ``url`` (Discord CDN) or an inline ``data_url``."""
+
+    kind: Literal["image", "file"]
+    mime: str
+    size: int
+    name: str
+    url: str | None = None
+    data_url: str | None = None
+
+
+@dataclass(frozen=True)
+class ChatRef:
+    """Where a message goes: a chat, and inside it optionally a thread (Discord thread, Telegram topic)."""
+
+    platform: Platform
+    chat_id: str
+    thread_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Inbound:
+    """One user message, platform-neutral. ``text`` has the bot's own @mention removed."""
+
+    platform: Platform
+    chat_id: str
+    chat_type: ChatType
+    thread_id: str | None
+    user_id: str
+    user_name: str
+    message_id: str
+    text: str
+    attachments: tuple[Attachment, ...] = ()
+    mentions_bot: bool = False
+    reply_to_bot: bool = False
+    is_command: bool = False
+    command: str | None = None
+    command_args: str = ""
+    is_admin_hint: bool = False
+    received_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+    @property
+    def chat(self) -> ChatRef:
+        """The chat (and thread) this message came from, which is where a reply goes."""
+        return ChatRef(self.platform, self.chat_id, self.thread_id)
+
+    @property
+    def addressed(self) -> bool:
+        """True when the bot is spoken to: a DM, a mention, a reply to the bot, or a command."""
+        return self.chat_type == "dm" or self.mentions_bot or self.reply_to_bot or self.is_command
+
+
+@dataclass(frozen=True)
+class Outbound:
+    """A reply to deliver: text for a chat/thread, optionally answering one message."""
+
+    chat: ChatRef
+    text: str
+    reply_to_message_id: str | None = None
+    continuation_prefix: str = ""
+
+    @classmethod
+    def to(cls, target: Inbound | ChatRef, text: str) -> Outbound:
+        """A reply to ``target``: an Inbound is answered in place (reply reference), a ChatRef plainly."""
+        if isinstance(target, Inbound):
+            return cls(target.chat, text, reply_to_message_id=target.message_id)
+        return cls(target, text)
+
+
+InboundHandler = Callable[[Inbound], Awaitable[None]]
+
+
+def parse_command(text: str, bot_username: str | None = None) -> tuple[str, str] | None:
+    """``("compress", "focus text")`` for ``/compress@bot focus text``; None when not a command for us.
+
+    A command suffixed with another bot's name (``/new@otherbot``) is not ours.
+    """
+    match = _COMMAND.match(text)
+    if match is None:
+        return None
+    name, at, target = match.group(1).partition("@")
+    if at and (bot_username is None or target.lower() != bot_username.lower()):
+        return None
+    return name.lower(), (match.group(2) or "").strip()
+
+
+@contextlib.asynccontextmanager
+async def keep_alive(action: Callable[[], Awaitable[object]], interval: float, what: str) -> AsyncIterator[None]:
+    """Run ``action`` now and every ``interval`` seconds while the block runs; failures are only logged.
+
+    Used for typing indicators, which expire on the platform side (Discord ~10 s, Telegram ~5 s).
+    """
+
+    async def loop() -> None:
+        while True:
+            try:
+                await action()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("%s failed: %s", what, type(exc).__name__)
+            await asyncio.sleep(interval)
+
+    task = asyncio.create_task(loop())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+class Adapter(ABC):
+    """A platform connection: receive messages into a callback, send split replies, show typing."""
+
+    name: str
+    limit: int
+    length: LengthFn = staticmethod(len)
+
+    def __init__(self) -> None:
+        self._handler: InboundHandler | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @abstractmethod
+    async def start(self, on_message: InboundHandler) -> None:
+        """Connect and begin delivering inbound messages to ``on_message``; returns once connected."""
+
+    @abstractmethod
+    async def stop(self) -> None:
+        """Disconnect; idempotent."""
+
+    @abstractmethod
+    def typing(self, chat: ChatRef | Inbound) -> contextlib.AbstractAsyncContextManager[None]:
+        """Keep the platform's typing indicator on in ``chat`` while the block runs."""
+
+    @abstractmethod
+    async def _send_chunk(self, chat: ChatRef, text: str, reply_to: str | None) -> None:
+        """Send one chunk that already fits the platform limit (with the adapter's own retries)."""
+
+    async def send(self, target: Inbound | ChatRef, text: str) -> None:
+        """Send ``text`` to ``target``, split at the platform limit; an Inbound is replied to."""
+        await self.deliver(Outbound.to(target, text))
+
+    async def deliver(self, out: Outbound) -> None:
+        """Send an Outbound: the reply reference goes on the first chunk only."""
+        chunks = split_message(out.text, self.limit, self.length, out.continuation_prefix)
+        for index, chunk in enumerate(chunks):
+            await self._send_chunk(out.chat, chunk, out.reply_to_message_id if index == 0 else None)
+
+    def _dispatch(self, inbound: Inbound) -> None:
+        """Hand ``inbound`` to the callback in its own task, so a slow turn never stalls the platform."""
+        if self._handler is None:
+            return
+        task = asyncio.create_task(self._run_handler(self._handler, inbound))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run_handler(self, handler: InboundHandler, inbound: Inbound) -> None:
+        try:
+            await handler(inbound)
+        except Exception:
+            log.exception("%s: message handler failed for message %s", self.name, inbound.message_id)
+
+    async def _drain(self, grace_s: float) -> None:
+        """Let in-flight handler tasks finish (so their replies go out), cancelling any past ``grace_s``."""
+        pending = set(self._tasks)
+        if not pending:
+            return
+        _, late = await asyncio.wait(pending, timeout=grace_s)
+        for task in late:
+            task.cancel()
+        if late:
+            await asyncio.gather(*late, return_exceptions=True)
