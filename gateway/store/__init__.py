@@ -1,0 +1,36 @@
+"""Session store (R-S1…R-S3): sessions, messages, atomic compaction, rotation, full-text search.
+
+The public surface is re-exported here; everything else in the package is an implementation detail.
+"""
+
+from gateway.store.errors import CompactionNotFound, SessionEnded, SessionNotFound, StaleWatermark, StoreError
+from gateway.store.migrate import current_revision, downgrade_database, upgrade_database
+from gateway.store.records import (
+    ActiveSet,
+    CompactionInfo,
+    CompactionRecord,
+    EngineState,
+    MessageRecord,
+    SearchHit,
+    SessionRecord,
+)
+from gateway.store.store import Store
+
+__all__ = [
+    "ActiveSet",
+    "CompactionInfo",
+    "CompactionNotFound",
+    "CompactionRecord",
+    "EngineState",
+    "MessageRecord",
+    "SearchHit",
+    "SessionEnded",
+    "SessionNotFound",
+    "SessionRecord",
+    "StaleWatermark",
+    "Store",
+    "StoreError",
+    "current_revision",
+    "downgrade_database",
+    "upgrade_database",
+]

@@ -1,0 +1,162 @@
+"""Row-level helpers shared by the repositories: encoding messages, mapping rows to records, writing rows."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Row, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from agent.tokens import message_text
+from gateway.store.errors import SessionEnded, SessionNotFound
+from gateway.store.models import MessageRow, SessionRow
+from gateway.store.records import CompactionInfo, EngineState, MessageRecord, SessionRecord
+
+Message = dict[str, Any]
+_ROLES = frozenset({"system", "user", "assistant", "tool"})
+
+
+def utcnow() -> datetime:
+    """Current time, aware UTC."""
+    return datetime.now(UTC)
+
+
+def new_session_id(at: datetime) -> str:
+    """Sortable, readable and unique: ``20250101-120000-1a2b3c4d``."""
+    return f"{at:%Y%m%d-%H%M%S}-{secrets.token_hex(4)}"
+
+
+def check_batch(messages: Sequence[Mapping[str, Any]], token_counts: Sequence[int]) -> None:
+    """Reject malformed input before any write, so a bad batch never half-lands."""
+    if len(messages) != len(token_counts):
+        raise ValueError(f"{len(messages)} messages but {len(token_counts)} token counts")
+    for message in messages:
+        if not isinstance(message, Mapping) or message.get("role") not in _ROLES:
+            raise ValueError(f"not a chat message (role must be one of {sorted(_ROLES)}): {message!r:.200}")
+    if any(count < 0 for count in token_counts):
+        raise ValueError("token counts must be >= 0")
+
+
+def decode(payload: str) -> Message:
+    """A stored payload back into a fresh message dict."""
+    return json.loads(payload)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRow:
+    """What is needed to copy an existing row into a new active set."""
+
+    role: str
+    payload: str
+    search_text: str
+    tokens: int
+    created_at: datetime
+    compacted: bool
+
+
+def encoded_rows(messages: Sequence[Mapping[str, Any]], token_counts: Sequence[int],
+                 at: datetime) -> list[StoredRow]:
+    """New messages as rows (the search text is the message's text, not its JSON envelope)."""
+    return [
+        StoredRow(role=str(m["role"]), payload=json.dumps(m, ensure_ascii=False), search_text=message_text(m),
+                  tokens=int(t), created_at=at, compacted=False)
+        for m, t in zip(messages, token_counts, strict=True)
+    ]
+
+
+async def insert_rows(conn: AsyncConnection, session_id: str, first_seq: int, rows: Sequence[StoredRow],
+                      *, compacted: bool | None = None) -> None:
+    """Insert ``rows`` as active messages with sequences ``first_seq, first_seq + 1, …``."""
+    if not rows:
+        return
+    await conn.execute(insert(MessageRow), [
+        {"session_id": session_id, "seq": first_seq + i, "role": r.role, "payload": r.payload,
+         "search_text": r.search_text, "tokens": r.tokens, "created_at": r.created_at, "active": True,
+         "archived_at": None, "archived_by": None, "compacted": r.compacted if compacted is None else compacted}
+        for i, r in enumerate(rows)
+    ])
+
+
+async def active_rows(conn: AsyncConnection, session_id: str) -> list[Row[Any]]:
+    """The session's active rows in sequence order."""
+    result = await conn.execute(
+        select(MessageRow.seq, MessageRow.role, MessageRow.payload, MessageRow.search_text, MessageRow.tokens,
+               MessageRow.created_at, MessageRow.compacted)
+        .where(MessageRow.session_id == session_id, MessageRow.active.is_(True))
+        .order_by(MessageRow.seq))
+    return list(result)
+
+
+def stored(row: Row[Any]) -> StoredRow:
+    """A selected message row as a copyable `StoredRow`."""
+    return StoredRow(role=row.role, payload=row.payload, search_text=row.search_text, tokens=row.tokens,
+                     created_at=row.created_at, compacted=row.compacted)
+
+
+async def archive_active(conn: AsyncConnection, session_id: str, number: int, at: datetime) -> None:
+    """Mark every active row of the session archived by replacement ``number``."""
+    await conn.execute(
+        update(MessageRow)
+        .where(MessageRow.session_id == session_id, MessageRow.active.is_(True))
+        .values(active=False, archived_at=at, archived_by=number))
+
+
+async def lock_session(conn: AsyncConnection, session_id: str, *, open_only: bool = True) -> Row[Any]:
+    """Read the session row for update (row lock on PostgreSQL; SQLite's write transaction already locks)."""
+    row = (await conn.execute(
+        select(SessionRow).where(SessionRow.id == session_id).with_for_update())).first()
+    if row is None:
+        raise SessionNotFound(session_id)
+    if open_only and row.ended_at is not None:
+        raise SessionEnded(f"session {session_id} ended ({row.end_reason})")
+    return row
+
+
+def engine_values(state: EngineState) -> dict[str, Any]:
+    """Column values for an `EngineState`."""
+    return {
+        "last_prompt_tokens": state.last_prompt_tokens, "previous_summary": state.previous_summary,
+        "compression_count": state.compression_count, "ineffective_count": state.ineffective_count,
+        "cooldown_until": state.cooldown_until, "context_length": state.context_length,
+        "last_compaction": state.last_compaction.to_json() if state.last_compaction else None,
+    }
+
+
+def session_record(row: Row[Any] | Any) -> SessionRecord:
+    """A sessions row as a `SessionRecord`."""
+    return SessionRecord(
+        id=row.id, platform=row.platform, chat_key=row.chat_key, title=row.title, goal=row.goal,
+        parent_session_id=row.parent_session_id, started_at=row.started_at, last_active_at=row.last_active_at,
+        ended_at=row.ended_at, end_reason=row.end_reason, message_count=row.message_count,
+        token_count=row.token_count, compactions=row.compactions,
+        engine=EngineState(
+            last_prompt_tokens=row.last_prompt_tokens, previous_summary=row.previous_summary,
+            compression_count=row.compression_count, ineffective_count=row.ineffective_count,
+            cooldown_until=row.cooldown_until, context_length=row.context_length,
+            last_compaction=CompactionInfo.from_json(row.last_compaction),
+        ),
+    )
+
+
+def message_record(row: Row[Any]) -> MessageRecord:
+    """A messages row as a `MessageRecord`."""
+    return MessageRecord(
+        session_id=row.session_id, seq=row.seq, role=row.role, message=decode(row.payload), tokens=row.tokens,
+        created_at=row.created_at, active=row.active, archived_at=row.archived_at,
+        archived_by=row.archived_by, compacted=row.compacted)
+
+
+def new_session_values(session_id: str, platform: str, chat_key: str, at: datetime, *, title: str | None,
+                       goal: str | None, parent_session_id: str | None, state: EngineState) -> dict[str, Any]:
+    """Every column of a fresh session row."""
+    return {
+        "id": session_id, "platform": platform, "chat_key": chat_key, "title": title, "goal": goal,
+        "parent_session_id": parent_session_id, "started_at": at, "last_active_at": at, "ended_at": None,
+        "end_reason": None, "last_seq": 0, "generation_seq": 0, "compactions": 0, "message_count": 0,
+        "token_count": 0, **engine_values(state),
+    }

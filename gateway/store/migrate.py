@@ -1,0 +1,82 @@
+"""Run the Alembic migrations shipped inside this package, on SQLite or PostgreSQL.
+
+No ``alembic.ini`` is needed: the script location is this package's ``migrations`` folder, so an installed
+copy migrates itself (at start-up and from ``concord db upgrade``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gateway.store.database import create_engine, write
+
+__all__ = ["HEAD", "MIGRATIONS_DIR", "alembic_config", "current_revision", "downgrade_database", "upgrade_database"]
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+# Any constant works; it only has to be the same for every worker migrating the same PostgreSQL database.
+_PG_MIGRATION_LOCK = 0x636F6E63
+
+
+def alembic_config(url: str | None = None) -> Config:
+    """An Alembic config pointing at the packaged migrations (``url`` only for offline/CLI use)."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    if url:
+        cfg.set_main_option("sqlalchemy.url", url)
+    return cfg
+
+
+def _head() -> str:
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    if head is None:
+        raise RuntimeError("the packaged migrations have no head revision")
+    return head
+
+
+HEAD = _head()
+
+
+async def _run(engine: AsyncEngine, action: str, target: str) -> None:
+    cfg = alembic_config()
+
+    def _migrate(conn: Connection) -> None:
+        cfg.attributes["connection"] = conn
+        getattr(command, action)(cfg, target)
+
+    # One transaction: on PostgreSQL DDL is transactional and the advisory lock makes concurrent workers
+    # starting together take turns; on SQLite BEGIN IMMEDIATE serializes them the same way.
+    async with write(engine) as conn:
+        if conn.dialect.name == "postgresql":
+            await conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_PG_MIGRATION_LOCK})")
+        await conn.run_sync(_migrate)
+
+
+async def upgrade_database(url: str, revision: str = "head") -> None:
+    """Bring the database at ``url`` up to ``revision`` (default: the newest); a no-op when already there."""
+    engine = create_engine(url)
+    try:
+        await _run(engine, "upgrade", revision)
+    finally:
+        await engine.dispose()
+
+
+async def downgrade_database(url: str, revision: str) -> None:
+    """Take the database at ``url`` back to ``revision`` (``"base"`` drops every table)."""
+    engine = create_engine(url)
+    try:
+        await _run(engine, "downgrade", revision)
+    finally:
+        await engine.dispose()
+
+
+async def current_revision(engine: AsyncEngine) -> str | None:
+    """The revision the database is at (None for an empty database)."""
+    async with engine.connect() as conn:
+        return await conn.run_sync(lambda sync: MigrationContext.configure(sync).get_current_revision())

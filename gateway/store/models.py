@@ -1,0 +1,140 @@
+"""SQLAlchemy 2 models for sessions, messages and compactions (R-S1).
+
+The Alembic migrations in ``migrations/versions`` create exactly these tables plus the dialect-specific
+full-text machinery (FTS5 tables and triggers on SQLite; a tsvector column and GIN indexes on PostgreSQL),
+which the ORM never touches directly.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+__all__ = ["Base", "CompactionRow", "MessageRow", "SessionRow", "UTCDateTime"]
+
+# SQLite only auto-increments an INTEGER PRIMARY KEY (the rowid alias), which FTS5 also keys on.
+_BigId = BigInteger().with_variant(Integer(), "sqlite")
+_OPEN = text("ended_at IS NULL")
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on both databases (SQLite drops the zone; we put it back)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        value = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    """Declarative base of the store's tables."""
+
+
+class SessionRow(Base):
+    """A conversation; counters describe its active message set and are kept in step in each write."""
+
+    __tablename__ = "sessions"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    platform: Mapped[str] = mapped_column(String(32))
+    chat_key: Mapped[str] = mapped_column(String(255))
+    title: Mapped[str | None] = mapped_column(Text)
+    goal: Mapped[str | None] = mapped_column(Text)
+    parent_session_id: Mapped[str | None] = mapped_column(ForeignKey("sessions.id"))
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    last_active_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    end_reason: Mapped[str | None] = mapped_column(String(32))
+    # Sequence bookkeeping: last_seq is the highest sequence handed out; generation_seq is the reserved
+    # sequence just below the current active set, so a watermark older than it is provably stale.
+    last_seq: Mapped[int] = mapped_column(BigInteger, default=0)
+    generation_seq: Mapped[int] = mapped_column(BigInteger, default=0)
+    compactions: Mapped[int] = mapped_column(Integer, default=0)
+    message_count: Mapped[int] = mapped_column(Integer, default=0)
+    token_count: Mapped[int] = mapped_column(BigInteger, default=0)
+    # Engine state (durable anti-thrash).
+    last_prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    previous_summary: Mapped[str | None] = mapped_column(Text)
+    compression_count: Mapped[int] = mapped_column(Integer, default=0)
+    ineffective_count: Mapped[int] = mapped_column(Integer, default=0)
+    cooldown_until: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    context_length: Mapped[int | None] = mapped_column(Integer)
+    last_compaction: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (
+        Index("uq_sessions_open_chat", "platform", "chat_key", unique=True,
+              sqlite_where=_OPEN, postgresql_where=_OPEN),
+        Index("ix_sessions_open_tokens", "token_count", sqlite_where=_OPEN, postgresql_where=_OPEN),
+        Index("ix_sessions_open_messages", "message_count", sqlite_where=_OPEN, postgresql_where=_OPEN),
+        Index("ix_sessions_open_prompt", "last_prompt_tokens", sqlite_where=_OPEN, postgresql_where=_OPEN),
+        Index("ix_sessions_open_last_active", "last_active_at", sqlite_where=_OPEN, postgresql_where=_OPEN),
+        Index("ix_sessions_started", "started_at"),
+        Index("ix_sessions_parent", "parent_session_id"),
+    )
+
+
+class MessageRow(Base):
+    """One chat message. Archived rows (active = False) are kept forever: searchable and restorable."""
+
+    __tablename__ = "messages"
+
+    id: Mapped[int] = mapped_column(_BigId, primary_key=True, autoincrement=True)
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column(BigInteger)
+    role: Mapped[str] = mapped_column(String(16))
+    payload: Mapped[str] = mapped_column(Text)
+    search_text: Mapped[str] = mapped_column(Text)
+    tokens: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    active: Mapped[bool] = mapped_column(Boolean)
+    archived_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    archived_by: Mapped[int | None] = mapped_column(Integer)
+    compacted: Mapped[bool] = mapped_column(Boolean, default=False)
+
+    __table_args__ = (
+        UniqueConstraint("session_id", "seq", name="uq_messages_session_seq"),
+        Index("ix_messages_active", "session_id", "seq", sqlite_where=text("active"),
+              postgresql_where=text("active")),
+        Index("ix_messages_archived_by", "session_id", "archived_by"),
+    )
+
+
+class CompactionRow(Base):
+    """History of active-set replacements; ``number`` N archived the rows with ``archived_by = N``."""
+
+    __tablename__ = "compactions"
+
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True)
+    number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime())
+    reason: Mapped[str] = mapped_column(String(32))
+    watermark: Mapped[int] = mapped_column(BigInteger)
+    messages_before: Mapped[int] = mapped_column(Integer)
+    messages_after: Mapped[int] = mapped_column(Integer)
+    tokens_before: Mapped[int] = mapped_column(BigInteger)
+    tokens_after: Mapped[int] = mapped_column(BigInteger)
+    carried: Mapped[int] = mapped_column(Integer)

@@ -1,0 +1,166 @@
+"""Immutable records the store hands out: sessions, engine state, compactions, messages, search hits.
+
+Callers never see SQLAlchemy rows; these frozen values are the store's whole vocabulary.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+__all__ = [
+    "ActiveSet",
+    "CompactionInfo",
+    "CompactionRecord",
+    "EngineState",
+    "MessageRecord",
+    "SearchHit",
+    "SessionRecord",
+]
+
+Message = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionInfo:
+    """The figures of one compaction as the engine reports them (shown by /status)."""
+
+    at: datetime
+    reason: str
+    tokens_before: int
+    tokens_after: int
+    messages_before: int = 0
+    messages_after: int = 0
+    number: int | None = None
+
+    @property
+    def savings_pct(self) -> float:
+        """Fraction of tokens saved, 0.0 when nothing was."""
+        if self.tokens_before <= 0:
+            return 0.0
+        return max(0.0, 1.0 - self.tokens_after / self.tokens_before)
+
+    def to_json(self) -> str:
+        """Serialize for the session row."""
+        return json.dumps({
+            "at": self.at.isoformat(), "reason": self.reason, "tokens_before": self.tokens_before,
+            "tokens_after": self.tokens_after, "messages_before": self.messages_before,
+            "messages_after": self.messages_after, "number": self.number,
+        })
+
+    @classmethod
+    def from_json(cls, raw: str | None) -> CompactionInfo | None:
+        """Inverse of `to_json`; None for an empty column."""
+        if not raw:
+            return None
+        data = json.loads(raw)
+        at = datetime.fromisoformat(data["at"])
+        return cls(
+            at=at if at.tzinfo else at.replace(tzinfo=UTC), reason=data["reason"],
+            tokens_before=int(data["tokens_before"]), tokens_after=int(data["tokens_after"]),
+            messages_before=int(data.get("messages_before", 0)), messages_after=int(data.get("messages_after", 0)),
+            number=data.get("number"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class EngineState:
+    """Context-engine state that must survive a restart, so anti-thrash guards stay armed."""
+
+    last_prompt_tokens: int = 0
+    previous_summary: str | None = None
+    compression_count: int = 0
+    ineffective_count: int = 0
+    cooldown_until: datetime | None = None
+    context_length: int | None = None
+    last_compaction: CompactionInfo | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    """One conversation. ``message_count``/``token_count`` describe the ACTIVE set only."""
+
+    id: str
+    platform: str
+    chat_key: str
+    title: str | None
+    goal: str | None
+    parent_session_id: str | None
+    started_at: datetime
+    last_active_at: datetime
+    ended_at: datetime | None
+    end_reason: str | None
+    message_count: int
+    token_count: int
+    compactions: int
+    engine: EngineState = field(default_factory=EngineState)
+
+    @property
+    def active(self) -> bool:
+        """True until the session is ended."""
+        return self.ended_at is None
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveSet:
+    """The active messages of a session in order, and the watermark sequence they were read at.
+
+    Pass ``watermark`` back to ``replace_active``: rows appended later have a higher sequence and are carried
+    over after the compressed set.
+    """
+
+    session_id: str
+    messages: list[Message]
+    token_counts: list[int]
+    watermark: int
+
+    @property
+    def tokens(self) -> int:
+        """Exact token sum of the active messages."""
+        return sum(self.token_counts)
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRecord:
+    """A stored message with its bookkeeping (for export and inspection)."""
+
+    session_id: str
+    seq: int
+    role: str
+    message: Message
+    tokens: int
+    created_at: datetime
+    active: bool
+    archived_at: datetime | None
+    archived_by: int | None
+    compacted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionRecord:
+    """One replacement of a session's active set (a compaction or a restore)."""
+
+    session_id: str
+    number: int
+    at: datetime
+    reason: str
+    watermark: int
+    messages_before: int
+    messages_after: int
+    tokens_before: int
+    tokens_after: int
+    carried: int
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    """One full-text search match."""
+
+    session_id: str
+    seq: int
+    role: str
+    created_at: datetime
+    snippet: str
+    archived: bool

@@ -1,0 +1,111 @@
+"""Full-text search over every message ever stored, archived ones included.
+
+The query is split on whitespace and every term must match (AND). Plain-word queries use the word indexes
+(FTS5 unicode61 with prefix matching on SQLite, tsvector on PostgreSQL) and are ranked. Anything else —
+CJK text (no spaces, so no words), JSON fragments, punctuation — is a substring search: trigram indexes for
+terms of 3+ characters (FTS5 trigram / pg_trgm), and a plain LIKE for 1–2 character terms, which no trigram
+index can serve.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Select, and_, func, literal_column, select, text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gateway.store.database import read
+from gateway.store.models import MessageRow
+from gateway.store.records import SearchHit
+
+__all__ = ["MessageSearch", "split_terms"]
+
+_CJK = re.compile(r"[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002fa1f]")
+_SNIPPET_RADIUS = 60
+
+
+def split_terms(query: str) -> list[str]:
+    """The query's terms (whitespace-separated, duplicates dropped, order kept)."""
+    return list(dict.fromkeys(query.split()))
+
+
+def _is_word(term: str) -> bool:
+    return term.isalnum() and not _CJK.search(term)
+
+
+def _fts5_string(term: str) -> str:
+    return '"' + term.replace('"', '""') + '"'
+
+
+def _like_pattern(term: str) -> str:
+    return "%" + term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def snippet(body: str, terms: Sequence[str]) -> str:
+    """Up to ~120 characters of ``body`` around the first term found (case-insensitive), on one line."""
+    lowered = body.lower()
+    positions = [p for p in (lowered.find(t.lower()) for t in terms) if p >= 0]
+    at = min(positions) if positions else 0
+    start = max(0, at - _SNIPPET_RADIUS)
+    end = min(len(body), at + _SNIPPET_RADIUS + max((len(t) for t in terms), default=0))
+    text_ = " ".join(body[start:end].split())
+    return ("…" if start > 0 else "") + text_ + ("…" if end < len(body) else "")
+
+
+class MessageSearch:
+    """Dialect-aware search; returns `SearchHit`s, best (word queries) or newest (substring queries) first."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._dialect = engine.dialect.name
+
+    def _words_sqlite(self, terms: Sequence[str]) -> Select[Any]:
+        match = " AND ".join(_fts5_string(t) + "*" for t in terms)
+        fts = text("SELECT rowid, bm25(messages_fts) AS rank FROM messages_fts WHERE messages_fts MATCH :q") \
+            .bindparams(q=match).columns(literal_column("rowid"), literal_column("rank")).subquery("fts")
+        return self._base().join(fts, fts.c.rowid == MessageRow.id).order_by(fts.c.rank, MessageRow.id.desc())
+
+    def _words_postgres(self, terms: Sequence[str]) -> Select[Any]:
+        query = func.to_tsquery("simple", " & ".join(f"{t}:*" for t in terms))
+        tsv = literal_column("messages.search_tsv")
+        return self._base().where(tsv.op("@@")(query)).order_by(func.ts_rank(tsv, query).desc(),
+                                                                MessageRow.id.desc())
+
+    def _substrings(self, terms: Sequence[str]) -> Select[Any]:
+        long_terms = [t for t in terms if len(t) >= 3]
+        short_terms = [t for t in terms if len(t) < 3]
+        query = self._base()
+        if self._dialect == "sqlite" and long_terms:
+            match = " AND ".join(_fts5_string(t) for t in long_terms)
+            ids = text("SELECT rowid FROM messages_trigram WHERE messages_trigram MATCH :tq").bindparams(tq=match)
+            query = query.where(MessageRow.id.in_(ids.columns(literal_column("rowid"))))
+        else:
+            short_terms = list(terms)
+        # On PostgreSQL pg_trgm's GIN index serves ILIKE for 3+ characters; shorter terms scan.
+        like = MessageRow.search_text.ilike if self._dialect == "postgresql" else MessageRow.search_text.like
+        if short_terms:
+            query = query.where(and_(*(like(_like_pattern(t), escape="\\") for t in short_terms)))
+        return query.order_by(MessageRow.id.desc())
+
+    @staticmethod
+    def _base() -> Select[Any]:
+        return select(MessageRow.session_id, MessageRow.seq, MessageRow.role, MessageRow.created_at,
+                      MessageRow.active, MessageRow.search_text)
+
+    async def search(self, query: str, *, session_id: str | None = None, limit: int = 20) -> list[SearchHit]:
+        """Messages (active or archived) containing every term of ``query``."""
+        terms = split_terms(query)
+        if not terms or limit <= 0:
+            return []
+        if all(_is_word(t) for t in terms):
+            stmt = self._words_postgres(terms) if self._dialect == "postgresql" else self._words_sqlite(terms)
+        else:
+            stmt = self._substrings(terms)
+        if session_id is not None:
+            stmt = stmt.where(MessageRow.session_id == session_id)
+        async with read(self._engine) as conn:
+            rows = list(await conn.execute(stmt.limit(limit)))
+        return [SearchHit(session_id=r.session_id, seq=r.seq, role=r.role, created_at=r.created_at,
+                          snippet=snippet(r.search_text, terms), archived=not r.active) for r in rows]

@@ -1,0 +1,56 @@
+"""`Store`: one database, its repositories, and an explicit lifecycle."""
+
+from __future__ import annotations
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gateway.store.compaction import CompactionRepository
+from gateway.store.database import create_engine
+from gateway.store.messages import MessageRepository
+from gateway.store.migrate import upgrade_database
+from gateway.store.search import MessageSearch
+from gateway.store.sessions import SessionRepository
+
+__all__ = ["Store"]
+
+
+class Store:
+    """The session store. ``store.sessions``, ``store.messages``, ``store.compactions``, ``store.search``.
+
+    Open with ``await Store.open(url)`` (migrates the database first unless ``migrate=False``) and close
+    with ``await store.aclose()`` (idempotent), or use ``async with await Store.open(url) as store``.
+    """
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self.sessions = SessionRepository(engine)
+        self.messages = MessageRepository(engine)
+        self.compactions = CompactionRepository(engine)
+        self._search = MessageSearch(engine)
+        self.search = self._search.search
+        self._closed = False
+
+    @classmethod
+    async def open(cls, url: str, *, migrate: bool = True, pool_size: int | None = None) -> Store:
+        """Connect to ``url`` (``sqlite+aiosqlite:///…`` or ``postgresql+asyncpg://…``)."""
+        if migrate:
+            await upgrade_database(url)
+        kwargs = {"pool_size": pool_size} if pool_size is not None else {}
+        return cls(create_engine(url, **kwargs))
+
+    @property
+    def dialect(self) -> str:
+        """``sqlite`` or ``postgresql``."""
+        return self.engine.dialect.name
+
+    async def aclose(self) -> None:
+        """Close every pooled connection. Safe to call twice."""
+        if not self._closed:
+            self._closed = True
+            await self.engine.dispose()
+
+    async def __aenter__(self) -> Store:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.aclose()
