@@ -1,0 +1,142 @@
+"""Long-term memory beside compression (R-S6): what must survive a compaction or a new session.
+
+Compression is lossy by design; facts a user wants kept (preferences, hard constraints, exact values) belong
+in memory. A `MemoryProvider` is told before every compression (``on_pre_compress``) so it can rescue what
+is about to be summarized away, and when a compaction moves the conversation to another session id
+(``on_session_switch``). Its content enters the system prompt as a snapshot frozen at session start: writes
+during the session land on disk but do not change the prompt, which keeps the prompt cache valid.
+
+`FileMemoryProvider` keeps ``bots/<bot>/MEMORY.md`` (what the bot learned, shared by all its users) and
+``users/<user>/USER.md`` (one user's facts and preferences) under a root directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from agent.tokens import message_text
+from agent.tools.memory_tool import memory_tool
+from agent.tools.registry import Tool
+
+__all__ = ["DEFAULT_MAX_FILE_CHARS", "FileMemoryProvider", "MemoryFull", "MemoryProvider", "Target"]
+
+Target = Literal["user", "bot"]
+DEFAULT_MAX_FILE_CHARS = 20_000
+_SAFE_ID = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+# "remember that X" / "please remember: X" at the start of a line of a user message.
+_REMEMBER = re.compile(r"(?im)^\s*(?:please\s+)?remember(?:\s+that)?\s*[:,]?\s+(.{3,500}?)\s*$")
+
+
+class MemoryFull(Exception):
+    """An append would grow a memory file past its size cap."""
+
+
+class MemoryProvider:
+    """Hooks the agent loop and gateway call. Every hook is optional: this base is the "no memory" provider."""
+
+    async def start_session(self, session_id: str) -> None:
+        """A session starts: take the snapshot the system prompt will carry for its whole life."""
+
+    def system_prompt_block(self) -> str:
+        """The frozen snapshot for the system prompt ('' when there is nothing to show)."""
+        return ""
+
+    async def on_pre_compress(self, messages: Sequence[Mapping[str, Any]]) -> None:
+        """Called before every compression with the messages about to be compressed."""
+
+    async def on_session_switch(self, old_session_id: str, new_session_id: str) -> None:
+        """A compaction or /new moved the conversation from one session id to another."""
+
+    def tools(self) -> list[Tool]:
+        """Tools this memory offers the model."""
+        return []
+
+
+def _safe_id(raw: str) -> str:
+    """A file-system-safe directory name for a platform id (no traversal, no odd characters)."""
+    if _SAFE_ID.match(raw) and raw not in (".", ".."):
+        return raw
+    return "id-" + hashlib.sha256(raw.encode()).hexdigest()[:24]
+
+
+class FileMemoryProvider(MemoryProvider):
+    """MEMORY.md per bot and USER.md per user under ``root``; appends only, each file capped in size."""
+
+    def __init__(self, root: Path, bot_id: str, user_id: str | None = None, *,
+                 max_file_chars: int = DEFAULT_MAX_FILE_CHARS) -> None:
+        self.root = Path(root)
+        self.bot_file = self.root / "bots" / _safe_id(bot_id) / "MEMORY.md"
+        self.user_file = self.root / "users" / _safe_id(user_id) / "USER.md" if user_id else None
+        self.max_file_chars = max_file_chars
+        self._snapshot = ""
+        self._lock = asyncio.Lock()
+
+    def _path(self, target: Target) -> Path:
+        if target == "bot":
+            return self.bot_file
+        if self.user_file is None:
+            raise LookupError("no user is attached to this conversation, so there is no user memory")
+        return self.user_file
+
+    async def read(self, target: Target) -> str:
+        """The current content of a memory file ('' when it does not exist yet)."""
+        path = self._path(target)
+        return await asyncio.to_thread(lambda: path.read_text("utf-8") if path.exists() else "")
+
+    async def append(self, target: Target, text: str) -> None:
+        """Add one entry (a ``- `` bullet line) to a memory file; `MemoryFull` past the size cap."""
+        entry = "- " + " ".join(text.split()) + "\n"
+        path = self._path(target)
+        async with self._lock:
+            current = await self.read(target)
+            if len(current) + len(entry) > self.max_file_chars:
+                raise MemoryFull(f"{path.name} is full ({len(current):,} of {self.max_file_chars:,} characters)")
+            await asyncio.to_thread(_append_text, path, entry)
+
+    async def start_session(self, session_id: str) -> None:
+        """Freeze both files into the snapshot the system prompt carries for this session."""
+        blocks = []
+        bot = (await self.read("bot")).strip()
+        if bot:
+            blocks.append(f"## What you remember (MEMORY.md)\n{bot}")
+        if self.user_file is not None:
+            user = (await self.read("user")).strip()
+            if user:
+                blocks.append(f"## What you know about this user (USER.md)\n{user}")
+        self._snapshot = "\n\n".join(blocks)
+
+    def system_prompt_block(self) -> str:
+        """The snapshot taken by `start_session` ('' before it, or when both files are empty)."""
+        return self._snapshot
+
+    async def on_pre_compress(self, messages: Sequence[Mapping[str, Any]]) -> None:
+        """Rescue explicit "remember that …" requests into USER.md before they are summarized away."""
+        if self.user_file is None:
+            return
+        wanted = [m.group(1) for msg in messages if msg.get("role") == "user"
+                  for m in _REMEMBER.finditer(message_text(msg))]
+        if not wanted:
+            return
+        current = await self.read("user")
+        for fact in dict.fromkeys(wanted):
+            if " ".join(fact.split()) not in current:
+                try:
+                    await self.append("user", fact)
+                except MemoryFull:
+                    return
+                current = await self.read("user")
+
+    def tools(self) -> list[Tool]:
+        """The ``memory`` tool bound to these files."""
+        return [memory_tool(self, has_user=self.user_file is not None)]
+
+
+def _append_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(text)
