@@ -79,7 +79,7 @@ class ConsoleAdapter(Adapter):
             self._pump.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._pump
-        await self._drain(timeout=30.0)
+        await self._drain(grace_s=30.0)
         self._closed.set()
 
     async def wait_closed(self) -> None:
@@ -123,7 +123,7 @@ class ConsoleAdapter(Adapter):
                 self._dispatch(self._inbound(line.strip()))
             elif self._interactive:
                 self._prompt()
-        await self._drain(timeout=_ANSWER_ALL_SECONDS)
+        await self._drain(grace_s=_ANSWER_ALL_SECONDS)
         self._closed.set()
 
     def _inbound(self, text: str) -> Inbound:
