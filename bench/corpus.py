@@ -473,7 +473,8 @@ def load_irc(path: Path) -> list[Transcript]:
 
     Join/part/mode lines are skipped (counted in ``meta["skipped_lines"]``); ``/me`` actions are kept as
     ``* nick action``. Line numbers are the ids the reply annotations use, so ``meta["lines"][i]`` is the
-    source line of message ``i`` and ``meta["links"]`` holds the gold ``(line, replied_to_line)`` pairs.
+    source line of message ``i`` and ``meta["links"]`` holds the gold ``(earlier_line, reply_line)`` pairs
+    (a self-link starts a new conversation; links may point at skipped join/part lines).
     """
     path = Path(path)
     # Split on "\n" only: some logs hold control characters that str.splitlines would treat as breaks,
@@ -509,6 +510,14 @@ def _session_numbers(conversation: dict[str, Any]) -> list[int]:
     return sorted(int(m.group(1)) for m in numbers if m)
 
 
+_DIA_ID = re.compile(r"D:?(\d+):(\d+)")
+
+
+def _evidence_ids(raw: Iterable[Any]) -> tuple[str, ...]:
+    """Normalized ``dia_id``s: upstream has a few entries like ``"D8:6; D9:17"``, ``"D30:05"`` or ``"D:11:26"``."""
+    return tuple(f"D{int(s)}:{int(t)}" for entry in raw for s, t in _DIA_ID.findall(str(entry)))
+
+
 def load_locomo(path: Path) -> list[Transcript]:
     """LoCoMo's JSON → one transcript per conversation; turns are ``user`` messages with ``name`` = speaker.
 
@@ -538,7 +547,7 @@ def load_locomo(path: Path) -> list[Transcript]:
             QA(
                 question=str(q["question"]),
                 answer=None if q.get("answer") is None else str(q["answer"]),
-                evidence=tuple(str(e) for e in q.get("evidence") or ()),
+                evidence=_evidence_ids(q.get("evidence") or ()),
                 category=int(q["category"]),
                 adversarial_answer=q.get("adversarial_answer"),
             )
