@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import insert, or_, select, update
+from sqlalchemy import Select, insert, select, union, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -22,7 +22,7 @@ from gateway.store.errors import SessionNotFound
 from gateway.store.models import SessionRow
 from gateway.store.records import EngineState, SessionRecord
 
-__all__ = ["SessionRepository"]
+__all__ = ["SessionRepository", "hygiene_query"]
 
 _OPEN = SessionRow.ended_at.is_(None)
 
@@ -127,15 +127,17 @@ class SessionRepository:
                 .order_by(SessionRow.last_active_at))]
 
     async def list_needing_hygiene(self, token_limit: int, message_limit: int) -> list[SessionRecord]:
-        """Open sessions over ``token_limit`` (exact active tokens or last real prompt) or ``message_limit``.
-
-        Each condition has its own partial index over open sessions, so the database answers from the
-        indexes (a union of three range scans) rather than reading every session.
-        """
+        """Open sessions over ``token_limit`` (exact active tokens or last real prompt) or ``message_limit``."""
         async with read(self._engine) as conn:
-            return [session_record(r) for r in await conn.execute(
-                select(SessionRow).where(_OPEN, or_(
-                    SessionRow.token_count > token_limit,
-                    SessionRow.last_prompt_tokens > token_limit,
-                    SessionRow.message_count > message_limit,
-                )).order_by(SessionRow.id))]
+            return [session_record(r) for r in await conn.execute(hygiene_query(token_limit, message_limit))]
+
+
+def hygiene_query(token_limit: int, message_limit: int) -> Select[Any]:
+    """The hygiene sweep's query: a union of three range queries, each answered by its own partial index
+    over open sessions, so its cost follows the sessions that need work, not the number of sessions."""
+    over = union(*(select(SessionRow.id).where(_OPEN, condition) for condition in (
+        SessionRow.token_count > token_limit,
+        SessionRow.last_prompt_tokens > token_limit,
+        SessionRow.message_count > message_limit,
+    ))).subquery()
+    return select(SessionRow).where(SessionRow.id.in_(select(over.c.id))).order_by(SessionRow.id)
