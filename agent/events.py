@@ -1,0 +1,124 @@
+"""What leaves a turn besides its messages: user-visible notices and machine events (R-G7, R-S4).
+
+The loop never talks to a chat platform. It hands `Notice`s (short status lines a gateway shows the user)
+and `AgentEvent`s (facts a gateway persists or measures, such as ``session:compress``) to sinks it was
+given. A sink that fails is logged and ignored: a broken status line must not break the conversation.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+__all__ = [
+    "EVENT_COMPRESS",
+    "EVENT_LLM_RESPONSE",
+    "EVENT_TOOL_RESULT",
+    "AgentEvent",
+    "EventSink",
+    "Notice",
+    "NoticeKind",
+    "NoticeSink",
+    "aborted_notice",
+    "compacting_notice",
+    "compressed_many_times_notice",
+    "compression_skipped_notice",
+    "emit_event",
+    "emit_notice",
+    "error_notice",
+]
+
+log = logging.getLogger(__name__)
+
+EVENT_COMPRESS = "session:compress"
+EVENT_LLM_RESPONSE = "llm:response"
+EVENT_TOOL_RESULT = "tool:result"
+
+
+class NoticeKind(StrEnum):
+    """The kinds of status notice a turn can produce."""
+
+    COMPACTING = "compacting"
+    COMPRESSED_MANY_TIMES = "compressed_many_times"
+    COMPRESSION_SKIPPED = "compression_skipped"
+    COMPRESSION_ABORTED = "compression_aborted"
+    ERROR = "error"
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """A short status line for the user; ``data`` holds the figures it was built from."""
+
+    kind: NoticeKind
+    text: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentEvent:
+    """A fact about the turn for the gateway: ``kind`` is e.g. ``session:compress``."""
+
+    kind: str
+    session_id: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+NoticeSink = Callable[[Notice], Awaitable[None]]
+EventSink = Callable[[AgentEvent], Awaitable[None]]
+
+
+def compacting_notice() -> Notice:
+    """Shown when a compression that needs a summary call is about to run."""
+    return Notice(NoticeKind.COMPACTING, "🗜️ Compacting context…")
+
+
+def compressed_many_times_notice(count: int) -> Notice:
+    """Shown after the second and later compressions of one session."""
+    return Notice(NoticeKind.COMPRESSED_MANY_TIMES,
+                  f"Session compressed {count} times — accuracy may degrade. Consider /new",
+                  {"count": count})
+
+
+def compression_skipped_notice(ineffective: int) -> Notice:
+    """Shown when anti-thrashing blocks compression although the context is over the threshold."""
+    return Notice(NoticeKind.COMPRESSION_SKIPPED,
+                  f"Compression skipped — last {ineffective} compressions saved <10% each. "
+                  "Consider /new to start fresh.",
+                  {"ineffective": ineffective})
+
+
+def aborted_notice(reason: str) -> Notice:
+    """Shown when a compression gave up and left the conversation unchanged."""
+    reason = reason or "unknown reason"
+    return Notice(NoticeKind.COMPRESSION_ABORTED,
+                  f"⚠️ Context compression aborted ({reason}). The conversation is frozen at its current size: "
+                  "run /compress to retry or /new to start fresh.",
+                  {"reason": reason})
+
+
+def error_notice(text: str) -> Notice:
+    """The turn stopped on an error; ``text`` is already user-facing."""
+    return Notice(NoticeKind.ERROR, text)
+
+
+async def emit_notice(sink: NoticeSink | None, notice: Notice) -> None:
+    """Deliver ``notice``; a failing sink is logged, never raised."""
+    if sink is None:
+        return
+    try:
+        await sink(notice)
+    except Exception:
+        log.warning("notice sink failed for %s", notice.kind, exc_info=True)
+
+
+async def emit_event(sink: EventSink | None, event: AgentEvent) -> None:
+    """Deliver ``event``; a failing sink is logged, never raised."""
+    if sink is None:
+        return
+    try:
+        await sink(event)
+    except Exception:
+        log.warning("event sink failed for %s", event.kind, exc_info=True)

@@ -1,0 +1,364 @@
+"""One user turn of the agent: preflight → LLM call → tools → post-response check → … → final answer.
+
+The three compression triggers live here (R-P1 preflight before every call, R-P2 post-response on real
+prompt tokens, R-P3 error recovery), together with tool execution and the memory hook. The loop is
+platform-agnostic: it receives the session's messages and small interfaces (provider, context engine, tool
+registry, memory, notice and event sinks) and returns a `TurnResult`; it never persists anything itself.
+
+The system prompt travels apart from the messages. For a compression it is put in front as the system
+message, so the engine protects it and can add its one-time "earlier turns were compacted" note; the
+(possibly noted) prompt is then taken back out and kept for the rest of the session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.compression.engine import CompressionResult, ContextEngine
+from agent.events import (
+    EVENT_COMPRESS,
+    EVENT_LLM_RESPONSE,
+    EVENT_TOOL_RESULT,
+    AgentEvent,
+    EventSink,
+    NoticeSink,
+    aborted_notice,
+    compacting_notice,
+    compressed_many_times_notice,
+    compression_skipped_notice,
+    emit_event,
+    emit_notice,
+    error_notice,
+)
+from agent.llm.base import Completion, Provider, Usage
+from agent.llm.errors import LLMError
+from agent.llm.images import ashrink_images_in_messages
+from agent.memory import MemoryProvider
+from agent.recovery import Action, budget_spent_text, plan_recovery
+from agent.tokens import TokenCounter, estimate_request_tokens_rough, get_counter
+from agent.tools.registry import ToolOutcome, ToolRegistry
+from agent.triggers import FitAnchor, cheap_gate, made_progress, post_response_tokens
+from agent.turn import (
+    Compaction,
+    LoopConfig,
+    StopReason,
+    TurnResult,
+    close_open_tool_calls,
+    user_message,
+)
+
+__all__ = ["AgentLoop", "SessionSwitch"]
+
+log = logging.getLogger(__name__)
+
+# Called after each compaction with what happened; returns the session id the conversation continues under
+# (a new one when the gateway rotates sessions, the same one for in-place compaction).
+SessionSwitch = Callable[[Compaction], Awaitable[str]]
+
+_DEFAULT_PROTECT_FIRST_N = 3
+_DEFAULT_PROTECT_LAST_N = 20
+
+
+class _Stop(Exception):
+    """End the turn with a user-facing error text."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+
+@dataclass
+class _Turn:
+    """Mutable working state of one turn (private; `TurnResult` is the frozen view of it)."""
+
+    messages: list[dict[str, Any]]
+    max_tokens: int | None
+    appended: list[dict[str, Any]] = field(default_factory=list)
+    compactions: list[Compaction] = field(default_factory=list)
+    usage: list[Usage] = field(default_factory=list)
+    compressions_used: int = 0
+    output_shrinks: int = 0
+    images_shrunk: int = 0
+    told_compacting: bool = False
+
+    def append(self, message: dict[str, Any]) -> None:
+        self.messages.append(message)
+        self.appended.append(message)
+
+
+class AgentLoop:
+    """Runs turns for one session. Keep one instance per live session: it carries the session's system
+    prompt (noted once on the first compaction), its id, and the real-usage anchor between turns."""
+
+    def __init__(
+        self,
+        *,
+        provider: Provider,
+        engine: ContextEngine,
+        system_prompt: str,
+        session_id: str,
+        tools: ToolRegistry | None = None,
+        memory: MemoryProvider | None = None,
+        max_tokens: int | None = None,
+        model: str | None = None,
+        notices: NoticeSink | None = None,
+        events: EventSink | None = None,
+        switch_session: SessionSwitch | None = None,
+        counter: TokenCounter | None = None,
+        config: LoopConfig | None = None,
+    ) -> None:
+        self.provider = provider
+        self.engine = engine
+        self.system_prompt = system_prompt
+        self.session_id = session_id
+        self.tools = tools if tools is not None else ToolRegistry()
+        self.memory = memory
+        self.max_tokens = max_tokens
+        self.model = model
+        self.notices = notices
+        self.events = events
+        self.switch_session = switch_session
+        self.counter = counter or get_counter()
+        self.config = config or LoopConfig()
+        self._anchor: FitAnchor | None = None
+        self._skip_noticed = False
+
+    async def run_turn(self, messages: Sequence[Mapping[str, Any]], message: str | Mapping[str, Any]) -> TurnResult:
+        """Answer ``message`` given the session's ``messages`` (system prompt excluded; never mutated).
+
+        Cancelling the task mid-turn ends the turn with ``StopReason.CANCELLED`` and a consistent list:
+        every tool call the model made has a result (a stub for the ones that did not finish).
+        """
+        turn = _Turn([dict(m) for m in messages], self.max_tokens)
+        turn.append(user_message(message))
+        text, error = "", ""
+        try:
+            reason, text = await self._drive(turn)
+        except _Stop as stop:
+            reason, error = StopReason.ERROR, stop.text
+            await emit_notice(self.notices, error_notice(error))
+        except asyncio.CancelledError:
+            # The turn's owner asked it to stop; hand back a list that is valid to send again.
+            reason = StopReason.CANCELLED
+            closed = close_open_tool_calls(turn.messages)
+            turn.appended.extend(closed[len(turn.messages):])
+            turn.messages = closed
+        return TurnResult(
+            messages=turn.messages, appended=turn.appended, system_prompt=self.system_prompt,
+            session_id=self.session_id, stop_reason=reason, text=text, error_text=error,
+            compactions=turn.compactions, usage=turn.usage, images_reencoded=turn.images_shrunk,
+            context_length=self.engine.context_length or None,
+        )
+
+    async def _drive(self, turn: _Turn) -> tuple[StopReason, str]:
+        for _ in range(self.config.max_iterations):
+            await self._preflight(turn)
+            completion = await self._call(turn)
+            reply = dict(completion.message)
+            reply.setdefault("content", None)
+            turn.append(reply)
+            calls = completion.tool_calls
+            if not calls:
+                return StopReason.FINAL, completion.text
+            await self._run_tools(turn, calls)
+            await self._post_response(turn)
+        return StopReason.MAX_ITERATIONS, (
+            f"I stopped after {self.config.max_iterations} steps without finishing. "
+            "Tell me to continue, or narrow the request.")
+
+    # --- trigger ①: preflight -------------------------------------------------------------------------
+
+    async def _preflight(self, turn: _Turn) -> None:
+        engine, schemas = self.engine, self.tools.schemas()
+        first, last = _protected_counts(engine)
+        rough = estimate_request_tokens_rough(turn.messages, system=self.system_prompt, tools=schemas)
+        if not cheap_gate(len(turn.messages), rough, engine.threshold_tokens, first, last):
+            return
+        tokens = self._request_tokens(turn.messages, schemas)
+        for _ in range(self.config.preflight_passes):
+            if not await self._should_compress(tokens):
+                return
+            before_n, before_t = len(turn.messages), tokens
+            result = await self._compress(turn, "preflight", tokens)
+            if not result.compressed:
+                return
+            tokens = self._request_tokens(turn.messages, schemas)
+            if not made_progress(before_n, before_t, len(turn.messages), tokens, self.config.min_progress_ratio):
+                return
+
+    def _request_tokens(self, messages: Sequence[Mapping[str, Any]], schemas: list[dict[str, Any]]) -> int:
+        """Exact request size, anchored on real usage when the provider already measured a prefix of it."""
+        if self._anchor is not None:
+            anchored = self._anchor.estimate(messages, self.system_prompt, self.counter)
+            if anchored is not None:
+                return anchored
+        return self.counter.count_request(messages, system=self.system_prompt, tools=schemas)
+
+    # --- trigger ②: post-response -----------------------------------------------------------------------
+
+    async def _post_response(self, turn: _Turn) -> None:
+        tokens = post_response_tokens(self.engine.last_prompt_tokens)
+        if tokens is None:
+            # No usage reported: estimate, so a session cannot grow without bound; count exactly to decide.
+            schemas = self.tools.schemas()
+            tokens = estimate_request_tokens_rough(turn.messages, system=self.system_prompt, tools=schemas)
+            if tokens >= self.engine.threshold_tokens:
+                tokens = self.counter.count_request(turn.messages, system=self.system_prompt, tools=schemas)
+        if await self._should_compress(tokens):
+            await self._compress(turn, "post_response", tokens)
+
+    async def _should_compress(self, tokens: int) -> bool:
+        if self.engine.should_compress(tokens):
+            return True
+        streak = _ineffective_streak(self.engine)
+        if tokens >= self.engine.threshold_tokens and streak and not self._skip_noticed:
+            self._skip_noticed = True
+            await emit_notice(self.notices, compression_skipped_notice(streak))
+        return False
+
+    # --- the LLM call and trigger ③: error recovery ------------------------------------------------------
+
+    async def _call(self, turn: _Turn) -> Completion:
+        while True:
+            schemas = self.tools.schemas()
+            sent = list(turn.messages)
+            try:
+                completion = await self.provider.complete(
+                    sent, system=self.system_prompt, tools=schemas or None, max_tokens=turn.max_tokens,
+                    model=self.model)
+            except LLMError as error:
+                await self._recover(turn, error)
+                continue
+            self._record_usage(turn, completion, sent)
+            await emit_event(self.events, AgentEvent(EVENT_LLM_RESPONSE, self.session_id, {
+                "usage": completion.usage, "finish_reason": completion.finish_reason, "model": completion.model}))
+            return completion
+
+    def _record_usage(self, turn: _Turn, completion: Completion, sent: list[dict[str, Any]]) -> None:
+        usage = completion.usage
+        turn.usage.append(usage)
+        self.engine.update_from_response(usage)
+        if 0 < usage.prompt_tokens < self.engine.threshold_tokens:
+            self._anchor = FitAnchor.of(usage.prompt_tokens, sent, self.system_prompt)
+        elif usage.prompt_tokens:
+            self._anchor = None
+
+    async def _recover(self, turn: _Turn, error: LLMError) -> None:
+        log.info("LLM call failed (%s: %s); planning recovery", type(error).__name__, error.message)
+        plan = plan_recovery(
+            error, context_length=self.engine.context_length, max_tokens=turn.max_tokens,
+            compressions_used=turn.compressions_used, max_compressions=self.config.max_compression_attempts,
+            output_shrinks_left=self.config.max_output_shrinks - turn.output_shrinks,
+            images_shrunk=turn.images_shrunk > 0)
+        if plan.action is Action.SHRINK_OUTPUT:
+            turn.output_shrinks += 1
+            turn.max_tokens = plan.max_tokens
+        elif plan.action is Action.SHRINK_IMAGES:
+            shrunk, changed = await ashrink_images_in_messages(turn.messages)
+            if not changed:
+                raise _Stop("⚠️ The model rejected an image as too large, and no image in this conversation "
+                            "could be re-encoded. Use /new to start without it.")
+            turn.messages = [dict(m) for m in shrunk]
+            turn.images_shrunk += changed
+        elif plan.action is Action.COMPRESS:
+            if plan.context_length is not None:
+                _lower_context_length(self.engine, plan.context_length)
+            turn.compressions_used += 1
+            tokens = self.counter.count_request(turn.messages, system=self.system_prompt,
+                                                tools=self.tools.schemas())
+            result = await self._compress(turn, "recovery", tokens, force=True)
+            if result.aborted:
+                raise _Stop(aborted_notice(result.reason).text)
+            if not result.compressed:
+                raise _Stop(budget_spent_text(turn.compressions_used) if turn.compressions_used > 1 else
+                            "⚠️ The conversation is too large for the model and nothing more can be compressed. "
+                            "Use /new to start a fresh session.")
+        else:
+            raise _Stop(plan.text)
+
+    # --- compression and what follows it (R-S4) --------------------------------------------------------
+
+    async def _compress(self, turn: _Turn, trigger: str, tokens: int, *, force: bool = False) -> CompressionResult:
+        framed = [{"role": "system", "content": self.system_prompt}, *turn.messages]
+        if self.memory is not None:
+            try:
+                await self.memory.on_pre_compress(turn.messages)
+            except Exception:  # rescuing memories is best effort; it must not block the compression
+                log.warning("memory on_pre_compress failed", exc_info=True)
+        if not turn.told_compacting and self.engine.has_content_to_compress(framed):
+            turn.told_compacting = True
+            await emit_notice(self.notices, compacting_notice())
+        result = await self.engine.compress(framed, current_tokens=tokens, force=force)
+        if result.aborted:
+            await emit_notice(self.notices, aborted_notice(result.reason))
+        if result.compressed:
+            await self._after_compaction(turn, trigger, result)
+        return result
+
+    async def _after_compaction(self, turn: _Turn, trigger: str, result: CompressionResult) -> None:
+        new = list(result.messages)
+        if new and new[0].get("role") == "system":
+            self.system_prompt = str(new.pop(0).get("content") or "")
+        turn.messages = [dict(m) for m in new]
+        self._anchor = None
+        self._skip_noticed = False
+        old_id = self.session_id
+        compaction = Compaction(trigger, result, self.system_prompt, old_id, old_id)
+        if self.switch_session is not None:
+            self.session_id = await self.switch_session(compaction)
+            compaction = Compaction(trigger, result, self.system_prompt, old_id, self.session_id)
+        turn.compactions.append(compaction)
+        self.engine.on_session_start(self.session_id, result.messages)
+        if self.memory is not None:
+            try:
+                await self.memory.on_session_switch(old_id, self.session_id)
+            except Exception:
+                log.warning("memory on_session_switch failed", exc_info=True)
+        await emit_event(self.events, AgentEvent(EVENT_COMPRESS, self.session_id,
+                                                 {"compaction": compaction, "result": result}))
+        if self.engine.compression_count >= 2:
+            await emit_notice(self.notices, compressed_many_times_notice(self.engine.compression_count))
+
+    # --- tools -------------------------------------------------------------------------------------------
+
+    async def _run_tools(self, turn: _Turn, calls: list[dict[str, Any]]) -> None:
+        """Run the calls concurrently; results are appended in call order, even when cancelled midway."""
+        finished: dict[int, ToolOutcome] = {}
+
+        async def run_one(index: int, call: Mapping[str, Any]) -> None:
+            finished[index] = await self.tools.execute(call)
+
+        try:
+            await asyncio.gather(*(run_one(i, call) for i, call in enumerate(calls)))
+        finally:
+            for index in sorted(finished):
+                turn.append(finished[index].message)
+        for index in sorted(finished):
+            outcome = finished[index]
+            await emit_event(self.events, AgentEvent(EVENT_TOOL_RESULT, self.session_id, {
+                "name": outcome.name, "ok": outcome.ok, "duration_s": outcome.duration_s}))
+
+
+def _protected_counts(engine: ContextEngine) -> tuple[int, int]:
+    """The engine's protected head and tail sizes for the preflight gate (spec defaults when it has none)."""
+    first = getattr(engine, "protect_first_n", _DEFAULT_PROTECT_FIRST_N)
+    last = getattr(engine, "protect_last_n", _DEFAULT_PROTECT_LAST_N)
+    return int(first), int(last)
+
+
+def _ineffective_streak(engine: ContextEngine) -> int:
+    """How many ineffective compressions in a row block the engine (0 when it is not blocked)."""
+    return int(getattr(engine, "ineffective_compressions", 0) or 0)
+
+
+def _lower_context_length(engine: ContextEngine, context_length: int) -> None:
+    """Shrink the engine's window to what the provider stated; the threshold follows."""
+    lower = getattr(engine, "lower_context_length", None)
+    if callable(lower):
+        lower(context_length)
+    elif context_length < engine.context_length:
+        engine.context_length = context_length
