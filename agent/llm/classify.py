@@ -149,9 +149,13 @@ def parse_retry_after(headers: Mapping[str, str], message: str = "", *, now: flo
         try:
             return max(0.0, float(raw))
         except ValueError:
-            parsed = email.utils.parsedate_to_datetime(raw) if raw.strip() else None
-            if parsed is not None:
-                return max(0.0, parsed.timestamp() - (time.time() if now is None else now))
+            pass
+        try:
+            parsed = email.utils.parsedate_to_datetime(raw)
+        except (TypeError, ValueError):
+            parsed = None
+        if parsed is not None:
+            return max(0.0, parsed.timestamp() - (time.time() if now is None else now))
     match = _TRY_AGAIN.search(message.lower())
     if match:
         value = float(match.group(1))
