@@ -57,6 +57,23 @@ class CompressionResult:
             return 0.0
         return max(0.0, 1.0 - self.tokens_after / self.tokens_before)
 
+    def stats(self) -> dict[str, Any]:
+        """The figures of this result without the messages (JSON-serializable; for reports and persistence)."""
+        return {
+            "compressed": self.compressed,
+            "messages_before": self.messages_before,
+            "messages_after": self.messages_after,
+            "tokens_before": self.tokens_before,
+            "tokens_after": self.tokens_after,
+            "savings_pct": round(self.savings_pct * 100, 2),
+            "head_end": self.head_end,
+            "tail_start": self.tail_start,
+            "pruned": self.pruned,
+            "summary_kind": self.summary_kind,
+            "aborted": self.aborted,
+            "reason": self.reason,
+        }
+
 
 class ContextEngine(ABC):
     """Decides when to compress a conversation and does it; tracks token usage from real responses."""

@@ -1,0 +1,84 @@
+"""Small read-only helpers over OpenAI-format message dicts, shared by the compression stages.
+
+Every helper treats messages as immutable values; none of them mutates its argument.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = [
+    "Message",
+    "content_text",
+    "has_image",
+    "has_visible_text",
+    "is_image_part",
+    "last_index",
+    "parse_arguments",
+    "tool_call_ids",
+    "tool_calls_of",
+]
+
+Message = Mapping[str, Any]
+
+_IMAGE_TYPES = ("image_url", "image", "input_image")
+
+
+def is_image_part(part: Any) -> bool:
+    """Whether a content part is an image (OpenAI ``image_url`` or an Anthropic-style ``image`` block)."""
+    return isinstance(part, Mapping) and part.get("type") in _IMAGE_TYPES
+
+
+def content_text(message: Message) -> str:
+    """The visible text of a message's content (text parts joined), '' for None or image-only content."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            str(p.get("text") or "") for p in content if isinstance(p, Mapping) and p.get("type") == "text"
+        )
+    return ""
+
+
+def has_image(message: Message) -> bool:
+    """Whether the message's content carries at least one image part."""
+    content = message.get("content")
+    return isinstance(content, list) and any(is_image_part(p) for p in content)
+
+
+def has_visible_text(message: Message) -> bool:
+    """Whether the message shows the user some text (a tool-calls-only assistant turn does not)."""
+    return bool(content_text(message).strip())
+
+
+def tool_calls_of(message: Message) -> list[Mapping[str, Any]]:
+    """The well-formed tool calls of an assistant message (entries that are not dicts are ignored)."""
+    if message.get("role") != "assistant":
+        return []
+    return [c for c in (message.get("tool_calls") or ()) if isinstance(c, Mapping)]
+
+
+def tool_call_ids(message: Message) -> list[str]:
+    """Ids of an assistant message's tool calls, in order."""
+    return [str(c.get("id")) for c in tool_calls_of(message) if c.get("id")]
+
+
+def parse_arguments(raw: Any) -> Any:
+    """Parse a tool call's ``arguments`` JSON string; raise ValueError when it is not valid JSON."""
+    if isinstance(raw, (dict, list)):
+        return raw
+    if not isinstance(raw, str):
+        raise ValueError("arguments are not a string")
+    return json.loads(raw)
+
+
+def last_index(messages: Sequence[Message], role: str, *, visible_text: bool = False) -> int:
+    """Index of the last message with ``role`` (and visible text if asked), -1 when there is none."""
+    for i in range(len(messages) - 1, -1, -1):
+        message = messages[i]
+        if message.get("role") == role and (not visible_text or has_visible_text(message)):
+            return i
+    return -1

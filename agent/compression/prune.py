@@ -1,0 +1,174 @@
+"""Stage 1: cheap pruning of old tool traffic, no LLM (R-C1).
+
+Three passes over the messages before ``protect_from`` (the tail stays verbatim):
+  (a) identical tool results keep only their newest full copy;
+  (b) tool results over 200 chars become an informative one-liner built from the call that produced them,
+      and image parts in tool results become a text placeholder (an old base64 screenshot would otherwise
+      survive every compression);
+  (c) oversized tool-call arguments are shrunk inside the parsed JSON, so they stay valid JSON; arguments
+      that do not parse become a valid JSON stub (a provider 400s on them on every later request).
+The last user message and the last assistant message with text are never touched, wherever they are.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agent.compression.boundaries import anchor_indices
+from agent.compression.describe import describe_tool_result
+from agent.compression.messages import Message, content_text, is_image_part, parse_arguments, tool_calls_of
+from agent.tokens import TokenCounter
+
+__all__ = [
+    "ARGUMENTS_MAX_CHARS",
+    "DUPLICATE_NOTE",
+    "IMAGE_PLACEHOLDER",
+    "PRUNE_MIN_CHARS",
+    "PruneResult",
+    "find_prune_boundary",
+    "prune_messages",
+    "shrink_arguments",
+]
+
+PRUNE_MIN_CHARS = 200
+DUPLICATE_NOTE = "[Duplicate tool output — same content as a more recent call]"
+IMAGE_PLACEHOLDER = "[image removed from an earlier tool result]"
+ARGUMENTS_MAX_CHARS = 2_000
+_STRING_KEEP = 300
+_LIST_KEEP = 20
+
+
+@dataclass(frozen=True, slots=True)
+class PruneResult:
+    """The pruned list plus what each pass changed."""
+
+    messages: list[dict[str, Any]]
+    deduplicated: int = 0
+    summarized: int = 0
+    images_removed: int = 0
+    arguments_shrunk: int = 0
+
+    @property
+    def pruned(self) -> int:
+        """Number of messages changed by any pass."""
+        return self.deduplicated + self.summarized + self.images_removed + self.arguments_shrunk
+
+
+def find_prune_boundary(
+    messages: Sequence[Message], tail_budget: int, min_tail: int, counter: TokenCounter
+) -> int:
+    """First index of the protected tail: the newest messages within ``tail_budget`` tokens, at least ``min_tail``."""
+    n = len(messages)
+    accumulated = 0
+    boundary = n
+    for i in range(n - 1, -1, -1):
+        tokens = counter.count_message(messages[i])
+        if n - boundary >= min_tail and accumulated + tokens > tail_budget:
+            break
+        accumulated += tokens
+        boundary = i
+    return boundary
+
+
+def _content_key(content: Any) -> tuple[str, int]:
+    """(md5 prefix, serialized size) of a tool result's content."""
+    raw = content if isinstance(content, str) else json.dumps(content, sort_keys=True, ensure_ascii=False)
+    return hashlib.md5(raw.encode(), usedforsecurity=False).hexdigest()[:12], len(raw)
+
+
+def _shrink_value(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > _STRING_KEEP:
+        return value[:_STRING_KEEP] + f"… [{len(value) - _STRING_KEEP:,} more chars truncated]"
+    if isinstance(value, list):
+        kept = [_shrink_value(v) for v in value[:_LIST_KEEP]]
+        if len(value) > _LIST_KEEP:
+            kept.append(f"… [{len(value) - _LIST_KEEP:,} more items truncated]")
+        return kept
+    if isinstance(value, dict):
+        return {k: _shrink_value(v) for k, v in value.items()}
+    return value
+
+
+def shrink_arguments(raw: Any) -> str | None:
+    """A smaller, still valid JSON string for oversized or unparsable ``arguments``; None to keep them as they are."""
+    try:
+        parsed = parse_arguments(raw)
+    except ValueError:
+        preview = raw[:_STRING_KEEP] if isinstance(raw, str) else ""
+        return json.dumps({"_unparsable_arguments": preview}, ensure_ascii=False)
+    if isinstance(raw, str) and len(raw) <= ARGUMENTS_MAX_CHARS:
+        return None
+    return json.dumps(_shrink_value(parsed), ensure_ascii=False)
+
+
+def _shrink_calls(message: Message) -> dict[str, Any] | None:
+    calls = message.get("tool_calls") or []
+    changed = False
+    new_calls: list[Any] = []
+    for call in calls:
+        fn = call.get("function") if isinstance(call, Mapping) else None
+        smaller = shrink_arguments(fn.get("arguments")) if isinstance(fn, Mapping) else None
+        if smaller is None:
+            new_calls.append(call)
+            continue
+        changed = True
+        new_calls.append({**call, "function": {**fn, "arguments": smaller}})
+    return {**message, "tool_calls": new_calls} if changed else None
+
+
+def _strip_images(content: list[Any]) -> list[Any]:
+    return [{"type": "text", "text": IMAGE_PLACEHOLDER} if is_image_part(p) else p for p in content]
+
+
+def prune_messages(messages: Sequence[Message], protect_from: int) -> PruneResult:
+    """Apply the three pruning passes to ``messages[:protect_from]``; return a new list (inputs untouched)."""
+    out: list[dict[str, Any]] = [m if isinstance(m, dict) else dict(m) for m in messages]
+    protect_from = max(0, min(protect_from, len(out)))
+    frozen = anchor_indices(out)
+    calls: dict[str, Mapping[str, Any]] = {}
+    for message in out:
+        for call in tool_calls_of(message):
+            if call.get("id"):
+                calls[str(call["id"])] = call
+
+    deduplicated = summarized = images = shrunk = 0
+    seen: set[str] = set()
+    for i in range(len(out) - 1, -1, -1):
+        message = out[i]
+        if message.get("role") != "tool":
+            continue
+        key, size = _content_key(message.get("content"))
+        duplicate = key in seen
+        seen.add(key)
+        if i >= protect_from or i in frozen:
+            continue
+        if duplicate and size > PRUNE_MIN_CHARS:
+            out[i] = {**message, "content": DUPLICATE_NOTE}
+            deduplicated += 1
+            continue
+        content = message.get("content")
+        text = content_text(message)
+        line = (
+            describe_tool_result(calls.get(str(message.get("tool_call_id"))), message.get("name"), text)
+            if len(text) > PRUNE_MIN_CHARS
+            else ""
+        )
+        if line and len(line) < len(text):
+            out[i] = {**message, "content": line}
+            summarized += 1
+        elif isinstance(content, list) and any(is_image_part(p) for p in content):
+            out[i] = {**message, "content": _strip_images(content)}
+            images += 1
+
+    for i in range(protect_from):
+        if i in frozen or out[i].get("role") != "assistant" or not out[i].get("tool_calls"):
+            continue
+        smaller = _shrink_calls(out[i])
+        if smaller is not None:
+            out[i] = smaller
+            shrunk += 1
+    return PruneResult(out, deduplicated, summarized, images, shrunk)

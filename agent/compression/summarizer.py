@@ -1,0 +1,121 @@
+"""The one paid step: calling the summary model, with the whole failure tree of R-C8.
+
+    no summary provider ───────────────▶ cooldown 600 s, failure
+    in cooldown (and not forced) ──────▶ failure without a call (abort while an auth/network flag stands)
+    call the summary model
+      401/403 ─▶ auth flag      connection/stream closed early ─▶ network flag
+      any failure (incl. an empty summary):
+        summary model ≠ main model, not yet retried ─▶ retry once on the main model
+        otherwise ─▶ transient cooldown 30–60 s
+    failure + (auth/network flag or abort_on_summary_failure) ─▶ ABORT (messages unchanged)
+    any other failure ─▶ the caller inserts the static fallback summary
+A success on the main model makes the main model this session's summary model (no more doomed calls).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agent.compression.state import CompressorState
+from agent.compression.summary import SUMMARIZER_SYSTEM, EmptySummary, clean_summary_output
+from agent.llm.base import Provider
+from agent.llm.errors import AuthError, LLMError, NetworkError, RateLimited
+
+__all__ = [
+    "ABORT_WARNING",
+    "NO_PROVIDER_COOLDOWN_S",
+    "TRANSIENT_COOLDOWN_MAX_S",
+    "TRANSIENT_COOLDOWN_MIN_S",
+    "SummaryOutcome",
+    "request_summary",
+]
+
+NO_PROVIDER_COOLDOWN_S = 600.0
+TRANSIENT_COOLDOWN_MIN_S = 30.0
+TRANSIENT_COOLDOWN_MAX_S = 60.0
+ABORT_WARNING = "conversation frozen, run /compress to retry or /new"
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryOutcome:
+    """A summary body, or why there is none and whether the compression must abort."""
+
+    body: str | None
+    abort: bool = False
+    reason: str = ""
+
+
+def same_model(a: Provider, b: Provider) -> bool:
+    """Whether two providers are the same model on the same backend (then retrying is pointless)."""
+    if a is b:
+        return True
+    return (getattr(a, "name", None), getattr(a, "model", None)) == (getattr(b, "name", None), getattr(b, "model", None))
+
+
+def _describe(error: Exception) -> str:
+    if isinstance(error, AuthError):
+        return f"auth failure{f' (HTTP {error.status})' if error.status else ''}"
+    if isinstance(error, NetworkError):
+        return "network failure (connection or stream closed early)"
+    if isinstance(error, EmptySummary):
+        return "empty summary"
+    kind = type(error).__name__
+    status = getattr(error, "status", None)
+    return f"{kind}{f' (HTTP {status})' if status else ''}"
+
+
+def _failure(state: CompressorState, reason: str, abort_on_failure: bool) -> SummaryOutcome:
+    abort = state.auth_failure or state.network_failure or abort_on_failure
+    return SummaryOutcome(None, abort, reason)
+
+
+async def _call(provider: Provider, prompt: str, max_tokens: int) -> str:
+    completion = await provider.complete(
+        [{"role": "user", "content": prompt}], system=SUMMARIZER_SYSTEM, max_tokens=max_tokens
+    )
+    return clean_summary_output(completion.text)
+
+
+async def request_summary(
+    state: CompressorState,
+    *,
+    summary_provider: Provider | None,
+    main_provider: Provider | None,
+    prompt: str,
+    max_tokens: int,
+    now: float,
+    force: bool,
+    abort_on_failure: bool,
+) -> SummaryOutcome:
+    """Run the summary call through the failure tree, updating ``state``'s flags and cooldown."""
+    if summary_provider is None:
+        state.cooldown_until = now + NO_PROVIDER_COOLDOWN_S
+        return _failure(state, "no summary provider configured", abort_on_failure)
+    if not force and now < state.cooldown_until:
+        return _failure(state, f"summary model cooling down ({state.cooldown_until - now:.0f}s left)", abort_on_failure)
+
+    state.auth_failure = state.network_failure = False
+    primary = main_provider if state.fell_back_to_main and main_provider is not None else summary_provider
+    attempts = [primary]
+    if main_provider is not None and not same_model(primary, main_provider):
+        attempts.append(main_provider)
+    reasons: list[str] = []
+    retry_after: float | None = None
+    for provider in attempts:
+        try:
+            body = await _call(provider, prompt, max_tokens)
+        except (LLMError, EmptySummary) as error:
+            state.auth_failure |= isinstance(error, AuthError)
+            state.network_failure |= isinstance(error, NetworkError)
+            if isinstance(error, RateLimited) and error.retry_after is not None:
+                retry_after = error.retry_after
+            reasons.append(f"{getattr(provider, 'model', '') or 'model'}: {_describe(error)}")
+            continue
+        state.auth_failure = state.network_failure = False
+        state.cooldown_until = 0.0
+        if provider is not summary_provider:
+            state.fell_back_to_main = True
+        return SummaryOutcome(body)
+    wait = min(max(retry_after or TRANSIENT_COOLDOWN_MIN_S, TRANSIENT_COOLDOWN_MIN_S), TRANSIENT_COOLDOWN_MAX_S)
+    state.cooldown_until = now + wait
+    return _failure(state, "summary failed — " + "; ".join(reasons), abort_on_failure)
