@@ -204,31 +204,38 @@ def get_counter(encoding: str = "o200k_base") -> TokenCounter:
 class TokenLedger:
     """Running token total of an append-only message list: each sync costs O(new messages).
 
-    Messages are treated as immutable values; if the list no longer starts with what the ledger saw (a
-    compaction replaced it), the ledger recounts from scratch, which the per-message cache makes cheap.
+    Messages are treated as immutable values. Appending to the same list object is the O(1)-checked fast
+    path. Any other list (a compacted or pruned copy, a list read back from storage) must start with the
+    messages the ledger counted, compared element by element in C (identity first, then equality), or the
+    ledger recounts from scratch, which the per-message cache makes cheap. Replacing an element of the
+    same list object in place is not detected: build a new list instead.
     """
 
     def __init__(self, counter: TokenCounter) -> None:
         self._counter = counter
-        self._seen = 0
-        self._last: Mapping[str, Any] | None = None
+        self._source: Sequence[Mapping[str, Any]] | None = None
+        self._counted: list[Mapping[str, Any]] = []
         self.total = 0
 
     def sync(self, messages: Sequence[Mapping[str, Any]]) -> int:
         """Bring the total up to date with ``messages`` and return it."""
-        n = len(messages)
-        still_prefix = n >= self._seen and (self._seen == 0 or messages[self._seen - 1] is self._last)
-        if not still_prefix:
-            self._seen, self.total = 0, 0
-        for message in messages[self._seen :]:
+        seen = len(self._counted)
+        appended = (
+            messages is self._source
+            and len(messages) >= seen
+            and (seen == 0 or messages[seen - 1] is self._counted[-1])
+        )
+        if not appended and list(messages[:seen]) != self._counted:
+            self._counted, self.total = [], 0
+        for message in messages[len(self._counted) :]:
             self.total += self._counter.count_message(message)
-        self._seen = n
-        self._last = messages[-1] if messages else None
+            self._counted.append(message)
+        self._source = messages
         return self.total
 
     def reset(self) -> None:
         """Forget everything (the next sync recounts)."""
-        self._seen, self._last, self.total = 0, None, 0
+        self._source, self._counted, self.total = None, [], 0
 
 
 def estimate_messages_tokens_rough(messages: Iterable[Mapping[str, Any]]) -> int:
