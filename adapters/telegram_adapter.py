@@ -1,0 +1,324 @@
+"""Telegram adapter on python-telegram-bot: private chats, groups, supergroups, forum topics, channels.
+
+Long polling by default (``async with``-style lifecycle, never ``run_polling``, which would own the event
+loop); webhook mode with a secret token by configuration; ``api_base_url`` points at a local Bot API server.
+
+Privacy mode: with BotFather's privacy mode on (the default), Telegram delivers only commands, @mentions
+and replies to the bot in groups. Turn it off (``/setprivacy``) for unaddressed chatter to reach the
+callback as context. Replies are sent as plain text (no parse mode), so Markdown is shown literally.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import logging
+import re
+import time
+import warnings
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Literal
+
+from telegram import Message, MessageEntity, ReplyParameters, Update
+from telegram.constants import ChatMemberStatus
+from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TelegramError
+from telegram.ext import Application, ContextTypes, TypeHandler
+from telegram.request import HTTPXRequest
+
+from adapters.base import (
+    Adapter,
+    Attachment,
+    ChatRef,
+    ChatType,
+    Inbound,
+    InboundHandler,
+    SendError,
+    keep_alive,
+    parse_command,
+    utf16_len,
+)
+
+log = logging.getLogger(__name__)
+
+TELEGRAM_LIMIT = 4096
+_ANONYMOUS_ADMIN_BOT_ID = 1087968824  # "GroupAnonymousBot" speaks for anonymous group admins
+_ADMIN_STATUSES = {ChatMemberStatus.ADMINISTRATOR, ChatMemberStatus.OWNER}
+_CHAT_TYPES: dict[str, ChatType] = {"private": "dm", "group": "group", "supergroup": "group", "channel": "channel"}
+
+
+@dataclass(frozen=True)
+class TelegramSettings:
+    """Everything the Telegram adapter needs; the config layer maps its settings onto this."""
+
+    token: str = field(repr=False)
+    api_base_url: str | None = None
+    mode: Literal["polling", "webhook"] = "polling"
+    webhook_url: str | None = None
+    webhook_listen: str = "127.0.0.1"
+    webhook_port: int = 8443
+    webhook_path: str = "telegram"
+    webhook_secret: str | None = field(default=None, repr=False)
+    check_chat_admins: bool = False
+    admin_cache_seconds: float = 60.0
+    allow_bots: bool = False
+    poll_timeout: int = 30
+    typing_interval: float = 4.0
+    max_retry_attempts: int = 5
+    max_retry_wait: float = 60.0
+    max_inbound_chars: int = 16_000
+    max_attachment_bytes: int = 10_000_000
+    drain_seconds: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.mode == "webhook" and not (self.webhook_url and self.webhook_secret):
+            raise ValueError("telegram webhook mode needs webhook_url and webhook_secret")
+
+
+class _SkippingUpdatesRequest(HTTPXRequest):
+    """getUpdates transport that replaces updates PTB cannot parse by empty ones.
+
+    PTB parses a whole getUpdates batch at once; one malformed update makes it drop the batch without
+    advancing the offset, so the same batch would be fetched forever. Emptying the bad update lets the
+    offset move on and every other update through.
+    """
+
+    async def do_request(self, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
+        code, payload = await super().do_request(*args, **kwargs)
+        if code != 200:
+            return code, payload
+        try:
+            body = json.loads(payload)
+        except ValueError:
+            return code, payload
+        if isinstance(body, dict) and isinstance(body.get("result"), list):
+            body["result"] = [_parseable(item) for item in body["result"] if isinstance(item, dict)]
+            payload = json.dumps(body).encode()
+        return code, payload
+
+
+def _parseable(update: dict[str, Any]) -> dict[str, Any]:
+    try:
+        Update.de_json(update, None)
+    except Exception as exc:
+        log.warning("telegram: skipping malformed update %s (%s)", update.get("update_id"), type(exc).__name__)
+        return {"update_id": update.get("update_id")}
+    return update
+
+
+def _seconds(value: int | float | timedelta) -> float:
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+class TelegramAdapter(Adapter):
+    """Telegram via python-telegram-bot; see the module docstring for the modes."""
+
+    name = "telegram"
+    limit = TELEGRAM_LIMIT
+    length = staticmethod(utf16_len)
+
+    def __init__(self, settings: TelegramSettings) -> None:
+        super().__init__()
+        self.settings = settings
+        root = (settings.api_base_url or "https://api.telegram.org").rstrip("/")
+        self.app: Application[Any, Any, Any, Any, Any, Any] = (
+            Application.builder()
+            .token(settings.token)
+            .base_url(f"{root}/bot")
+            .base_file_url(f"{root}/file/bot")
+            .get_updates_request(_SkippingUpdatesRequest(read_timeout=settings.poll_timeout + 10))
+            .build()
+        )
+        self.app.add_handler(TypeHandler(Update, self._on_update))
+        self.app.add_error_handler(self._on_error)
+        self._admin_cache: OrderedDict[tuple[int, int], tuple[float, bool]] = OrderedDict()
+        self._running = False
+
+    @property
+    def bot_username(self) -> str:
+        """The bot's @username (known after start)."""
+        return self.app.bot.username
+
+    async def start(self, on_message: InboundHandler) -> None:
+        """Log in (getMe), then poll or serve the webhook; returns once updates are flowing."""
+        self._handler = on_message
+        await self.app.initialize()
+        await self.app.start()
+        updater = self.app.updater
+        assert updater is not None  # the builder always makes one
+        if self.settings.mode == "webhook":
+            await updater.start_webhook(
+                listen=self.settings.webhook_listen,
+                port=self.settings.webhook_port,
+                url_path=self.settings.webhook_path,
+                webhook_url=self.settings.webhook_url,
+                secret_token=self.settings.webhook_secret,
+            )
+        else:
+            await updater.start_polling(poll_interval=0.0, timeout=self.settings.poll_timeout)
+        self._running = True
+        log.info("telegram: connected as @%s (%s)", self.bot_username, self.settings.mode)
+
+    async def stop(self) -> None:
+        """Stop receiving, let in-flight handlers send their replies, then shut down."""
+        if not self._running:
+            return
+        self._running = False
+        updater = self.app.updater
+        if updater is not None and updater.running:
+            await updater.stop()
+        await self._drain(self.settings.drain_seconds)
+        await self.app.stop()
+        await self.app.shutdown()
+
+    def typing(self, chat: ChatRef | Inbound) -> contextlib.AbstractAsyncContextManager[None]:
+        """sendChatAction "typing" now and every ``typing_interval`` s (Telegram shows it ~5 s)."""
+        ref = chat.chat if isinstance(chat, Inbound) else chat
+        thread = int(ref.thread_id) if ref.thread_id else None
+        return keep_alive(
+            lambda: self.app.bot.send_chat_action(int(ref.chat_id), "typing", message_thread_id=thread),
+            self.settings.typing_interval,
+            "telegram typing",
+        )
+
+    async def _send_chunk(self, chat: ChatRef, text: str, reply_to: str | None) -> None:
+        reply = ReplyParameters(int(reply_to), allow_sending_without_reply=True) if reply_to else None
+        thread = int(chat.thread_id) if chat.thread_id else None
+        for attempt in range(1, self.settings.max_retry_attempts + 1):
+            try:
+                await self.app.bot.send_message(
+                    int(chat.chat_id), text, message_thread_id=thread, reply_parameters=reply
+                )
+                return
+            except RetryAfter as exc:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    wait = _seconds(exc.retry_after)
+                if wait > self.settings.max_retry_wait:
+                    raise SendError(f"telegram asks to wait {wait:.0f} s, over the limit") from None
+                log.info("telegram: rate limited, retrying in %.1f s (attempt %d)", wait, attempt)
+                await asyncio.sleep(wait)
+            except (BadRequest, Forbidden) as exc:
+                raise SendError(f"telegram refused the message: {exc.message}") from None
+            except NetworkError as exc:
+                log.warning("telegram: send failed (%s), attempt %d", type(exc).__name__, attempt)
+                await asyncio.sleep(min(2.0**attempt * 0.25, self.settings.max_retry_wait))
+            except TelegramError as exc:
+                raise SendError(f"telegram error: {type(exc).__name__}") from None
+        raise SendError(f"telegram send failed after {self.settings.max_retry_attempts} attempts")
+
+    # -- inbound ---------------------------------------------------------------------------------
+    async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
+        log.error("telegram: error while handling an update: %r", context.error)
+
+    async def _on_update(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        message = update.message or update.channel_post
+        if message is None:
+            kind = "edited message" if update.edited_message or update.edited_channel_post else "unsupported"
+            log.debug("telegram: skipping %s update %s", kind, update.update_id)
+            return
+        try:
+            inbound = await self._to_inbound(message)
+        except Exception:
+            log.exception("telegram: could not read update %s; skipped", update.update_id)
+            return
+        if inbound is not None:
+            self._dispatch(inbound)
+
+    async def _to_inbound(self, message: Message) -> Inbound | None:
+        user = message.from_user
+        if user is not None and user.is_bot and not self.settings.allow_bots and user.id != _ANONYMOUS_ADMIN_BOT_ID:
+            return None
+        text = message.text or message.caption or ""
+        if utf16_len(text) > self.settings.max_inbound_chars:
+            log.warning("telegram: skipping message %s of %d units", message.message_id, utf16_len(text))
+            return None
+        attachments = await self._attachments(message)
+        if not text.strip() and not attachments:
+            return None
+        chat_type = _CHAT_TYPES.get(message.chat.type, "group")
+        thread_id = str(message.message_thread_id) if message.is_topic_message and message.message_thread_id else None
+        if thread_id is not None:
+            chat_type = "thread"
+        mentions_bot, clean = self._strip_mentions(message, text)
+        command = parse_command(clean, self.bot_username)
+        sender = message.sender_chat if user is None or user.id == _ANONYMOUS_ADMIN_BOT_ID else None
+        user_id = str(sender.id) if sender else str(user.id) if user else ""
+        user_name = (sender.title if sender else user.full_name if user else "") or user_id
+        return Inbound(
+            platform="telegram",
+            chat_id=str(message.chat.id),
+            chat_type=chat_type,
+            thread_id=thread_id,
+            user_id=user_id,
+            user_name=user_name,
+            message_id=str(message.message_id),
+            text=clean,
+            attachments=attachments,
+            mentions_bot=mentions_bot,
+            reply_to_bot=self._replies_to_bot(message),
+            is_command=command is not None,
+            command=command[0] if command else None,
+            command_args=command[1] if command else "",
+            is_admin_hint=await self._admin_hint(message, command is not None),
+            received_at=message.date,
+        )
+
+    def _strip_mentions(self, message: Message, text: str) -> tuple[bool, str]:
+        """Whether the bot is @mentioned, and the text without those mentions."""
+        parse = message.parse_caption_entities if message.caption else message.parse_entities
+        entities = parse([MessageEntity.MENTION, MessageEntity.TEXT_MENTION])
+        ours = [
+            value for entity, value in entities.items()
+            if (entity.type == MessageEntity.MENTION and value.lower() == f"@{self.bot_username}".lower())
+            or (entity.user is not None and entity.user.id == self.app.bot.id)
+        ]
+        for value in ours:
+            text = text.replace(value, " ", 1)
+        return bool(ours), re.sub(r"[ \t]{2,}", " ", text).strip() if ours else text
+
+    def _replies_to_bot(self, message: Message) -> bool:
+        replied = message.reply_to_message
+        # In forum topics every message "replies" to the topic's creation message; that is not addressing.
+        if replied is None or replied.forum_topic_created is not None or replied.from_user is None:
+            return False
+        return replied.from_user.id == self.app.bot.id
+
+    async def _admin_hint(self, message: Message, is_command: bool) -> bool:
+        """Chat admin status, asked only for commands in groups and cached for ``admin_cache_seconds``."""
+        if message.sender_chat is not None and message.sender_chat.id == message.chat.id:
+            return True  # an anonymous group admin
+        user = message.from_user
+        if not (self.settings.check_chat_admins and is_command and user and message.chat.type != "private"):
+            return False
+        key = (message.chat.id, user.id)
+        cached = self._admin_cache.get(key)
+        if cached is not None and cached[0] > time.monotonic():
+            return cached[1]
+        try:
+            member = await self.app.bot.get_chat_member(message.chat.id, user.id)
+        except TelegramError as exc:
+            log.warning("telegram: admin check failed (%s)", type(exc).__name__)
+            return False
+        is_admin = member.status in _ADMIN_STATUSES
+        self._admin_cache[key] = (time.monotonic() + self.settings.admin_cache_seconds, is_admin)
+        self._admin_cache.move_to_end(key)
+        while len(self._admin_cache) > 1024:
+            self._admin_cache.popitem(last=False)
+        return is_admin
+
+    async def _attachments(self, message: Message) -> tuple[Attachment, ...]:
+        """The largest photo size, downloaded into a data URL (file URLs would carry the bot token)."""
+        if not message.photo:
+            return ()
+        photo = message.photo[-1]
+        if photo.file_size and photo.file_size > self.settings.max_attachment_bytes:
+            log.info("telegram: photo of %d bytes over the limit, not attached", photo.file_size)
+            return ()
+        data = bytes(await (await photo.get_file()).download_as_bytearray())
+        encoded = base64.b64encode(data).decode()
+        return (Attachment(kind="image", mime="image/jpeg", size=len(data), name=f"{photo.file_unique_id}.jpg",
+                           data_url=f"data:image/jpeg;base64,{encoded}"),)

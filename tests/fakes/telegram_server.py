@@ -1,0 +1,301 @@
+"""A fake Telegram Bot API on 127.0.0.1 that the real python-telegram-bot client talks to.
+
+Serves ``/bot<token>/<method>`` (getMe, getUpdates long poll with offset, sendMessage, sendChatAction,
+editMessageText, setWebhook, deleteWebhook, getChatMember, getFile) and ``/file/bot<token>/<path>``.
+Tests inject updates with :meth:`FakeTelegram.inject_message` / :meth:`inject_update`, make a method
+answer 429 with :meth:`fail_next`, and read what the bot sent from ``sent_messages`` and ``chat_actions``.
+Like the real API it refuses empty texts and texts over 4,096 UTF-16 units.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+BOT_ID = 999_000_111
+TEXT_LIMIT = 4096
+
+
+def utf16_units(text: str) -> int:
+    """Telegram's length unit (kept here so the fake does not depend on the code under test)."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+@dataclass
+class SentMessage:
+    """One message the bot sent, as the fake received it."""
+
+    message_id: int
+    chat_id: str
+    text: str
+    message_thread_id: int | None
+    reply_to_message_id: int | None
+    at: float
+
+
+@dataclass
+class _Failure:
+    times: int
+    retry_after: int
+
+
+@dataclass
+class FakeTelegram:
+    """The fake server; ``await start()`` / ``await stop()``, or use the ``fake_telegram`` fixture."""
+
+    token: str = "123456:FAKE-telegram-token"
+    bot_username: str = "testbot"
+    sent_messages: list[SentMessage] = field(default_factory=list)
+    edits: list[dict[str, Any]] = field(default_factory=list)
+    chat_actions: list[dict[str, Any]] = field(default_factory=list)
+    webhooks: list[dict[str, Any]] = field(default_factory=list)
+    calls: list[str] = field(default_factory=list)
+    chat_admins: set[tuple[int, int]] = field(default_factory=set)
+    files: dict[str, bytes] = field(default_factory=dict)
+    blocked_chats: set[str] = field(default_factory=set)
+    port: int = 0
+
+    def __post_init__(self) -> None:
+        self._updates: list[dict[str, Any]] = []
+        self._next_update_id = 1
+        self._next_message_id = 1000
+        self._new_update = asyncio.Event()
+        self._failures: dict[str, _Failure] = {}
+        self._runner: web.AppRunner | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Bind a free port on 127.0.0.1 and serve."""
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/bot{token}/{method}", self._api)
+        app.router.add_get("/file/bot{token}/{path:.*}", self._file)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def stop(self) -> None:
+        """Stop serving (wakes any pending long poll)."""
+        self._new_update.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    @property
+    def api_root(self) -> str:
+        """What a local Bot API server's address looks like: ``http://127.0.0.1:PORT``."""
+        return f"http://127.0.0.1:{self.port}"
+
+    # -- scripting -------------------------------------------------------------------------------
+    def inject_update(self, update: dict[str, Any]) -> int:
+        """Queue a raw update (``update_id`` is filled in when missing); returns its update id."""
+        update = dict(update)
+        update.setdefault("update_id", self._next_update_id)
+        self._next_update_id = max(self._next_update_id, int(update["update_id"])) + 1
+        self._updates.append(update)
+        self._new_update.set()
+        return int(update["update_id"])
+
+    def make_message(
+        self,
+        text: str,
+        *,
+        chat_id: int = -100123,
+        chat_type: str = "supergroup",
+        user_id: int = 42,
+        user_name: str = "alice",
+        thread_id: int | None = None,
+        reply_to_bot: bool = False,
+        is_bot: bool = False,
+        photo_file_id: str | None = None,
+    ) -> dict[str, Any]:
+        """A Message dict as Telegram sends it, with command and @mention entities filled in."""
+        self._next_message_id += 1
+        message: dict[str, Any] = {
+            "message_id": self._next_message_id,
+            "date": int(time.time()),
+            "chat": {"id": chat_id, "type": chat_type, "title": "Test chat"}
+            if chat_type != "private"
+            else {"id": chat_id, "type": "private", "first_name": user_name},
+            "from": {"id": user_id, "is_bot": is_bot, "first_name": user_name, "username": user_name},
+        }
+        message["caption" if photo_file_id else "text"] = text
+        entities = _entities(text, self.bot_username)
+        if entities:
+            message["caption_entities" if photo_file_id else "entities"] = entities
+        if photo_file_id:
+            data = self.files.get(photo_file_id, b"")
+            message["photo"] = [
+                {"file_id": photo_file_id, "file_unique_id": photo_file_id + "u", "width": 64,
+                 "height": 64, "file_size": len(data)},
+            ]
+        if thread_id is not None:
+            message["message_thread_id"] = thread_id
+            message["is_topic_message"] = True
+        if reply_to_bot:
+            message["reply_to_message"] = {
+                "message_id": 1, "date": int(time.time()), "chat": message["chat"], "text": "earlier answer",
+                "from": {"id": BOT_ID, "is_bot": True, "first_name": "Test Bot", "username": self.bot_username},
+            }
+        return message
+
+    def inject_message(self, text: str, **kwargs: Any) -> dict[str, Any]:
+        """Queue a ``message`` update built by :meth:`make_message`; returns the message dict."""
+        message = self.make_message(text, **kwargs)
+        self.inject_update({"message": message})
+        return message
+
+    def fail_next(self, method: str, times: int = 1, retry_after: int = 1) -> None:
+        """Make the next ``times`` calls of ``method`` answer 429 Too Many Requests."""
+        self._failures[method] = _Failure(times, retry_after)
+
+    async def wait_for_messages(self, count: int, within_s: float = 10.0) -> list[SentMessage]:
+        """Wait until the bot has sent at least ``count`` messages."""
+        deadline = time.monotonic() + within_s
+        while len(self.sent_messages) < count:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"bot sent {len(self.sent_messages)} of {count} messages")
+            await asyncio.sleep(0.02)
+        return list(self.sent_messages)
+
+    # -- HTTP ------------------------------------------------------------------------------------
+    async def _api(self, request: web.Request) -> web.Response:
+        if request.match_info["token"] != self.token:
+            return _error(401, "Unauthorized")
+        method = request.match_info["method"]
+        self.calls.append(method)
+        params = await _params(request)
+        failure = self._failures.get(method)
+        if failure is not None and failure.times > 0:
+            failure.times -= 1
+            return web.json_response(
+                {"ok": False, "error_code": 429, "description": f"Too Many Requests: retry after {failure.retry_after}",
+                 "parameters": {"retry_after": failure.retry_after}}, status=429)
+        handler = getattr(self, f"_m_{method}", None)
+        if handler is None:
+            return _error(404, "Not Found")
+        return await handler(params)
+
+    async def _file(self, request: web.Request) -> web.Response:
+        if request.match_info["token"] != self.token:
+            return _error(401, "Unauthorized")
+        file_id = request.match_info["path"].rsplit("/", 1)[-1]
+        if file_id not in self.files:
+            return _error(404, "Not Found")
+        return web.Response(body=self.files[file_id], content_type="image/jpeg")
+
+    def _bot_user(self) -> dict[str, Any]:
+        return {"id": BOT_ID, "is_bot": True, "first_name": "Test Bot", "username": self.bot_username,
+                "can_join_groups": True, "can_read_all_group_messages": False, "supports_inline_queries": False}
+
+    async def _m_getMe(self, params: dict[str, Any]) -> web.Response:
+        return _ok(self._bot_user())
+
+    async def _m_deleteWebhook(self, params: dict[str, Any]) -> web.Response:
+        return _ok(True)
+
+    async def _m_setWebhook(self, params: dict[str, Any]) -> web.Response:
+        self.webhooks.append(params)
+        return _ok(True)
+
+    async def _m_getUpdates(self, params: dict[str, Any]) -> web.Response:
+        offset = int(params.get("offset") or 0)
+        timeout = float(params.get("timeout") or 0)
+        # Updates below the offset are confirmed: Telegram forgets them.
+        self._updates = [u for u in self._updates if u["update_id"] >= offset]
+        if not self._updates and timeout > 0:
+            self._new_update.clear()
+            try:
+                await asyncio.wait_for(self._new_update.wait(), timeout)
+            except TimeoutError:
+                pass
+        return _ok(list(self._updates[:100]))
+
+    async def _m_sendMessage(self, params: dict[str, Any]) -> web.Response:
+        text = str(params.get("text", ""))
+        if str(params.get("chat_id")) in self.blocked_chats:
+            return _error(403, "Forbidden: bot was blocked by the user")
+        if not text.strip():
+            return _error(400, "Bad Request: message text is empty")
+        if utf16_units(text) > TEXT_LIMIT:
+            return _error(400, "Bad Request: message is too long")
+        reply = params.get("reply_parameters")
+        reply_to = json.loads(reply)["message_id"] if isinstance(reply, str) else params.get("reply_to_message_id")
+        thread = params.get("message_thread_id")
+        self._next_message_id += 1
+        sent = SentMessage(self._next_message_id, str(params["chat_id"]), text,
+                           int(thread) if thread else None, int(reply_to) if reply_to else None, time.monotonic())
+        self.sent_messages.append(sent)
+        return _ok({"message_id": sent.message_id, "date": int(time.time()), "text": text,
+                    "chat": {"id": int(params["chat_id"]), "type": "supergroup", "title": "Test chat"},
+                    "from": self._bot_user()})
+
+    async def _m_editMessageText(self, params: dict[str, Any]) -> web.Response:
+        self.edits.append(params)
+        return _ok({"message_id": int(params.get("message_id", 0)), "date": int(time.time()),
+                    "text": params.get("text", ""), "chat": {"id": int(params.get("chat_id", 0)), "type": "private"}})
+
+    async def _m_sendChatAction(self, params: dict[str, Any]) -> web.Response:
+        self.chat_actions.append({**params, "at": time.monotonic()})
+        return _ok(True)
+
+    async def _m_getChatMember(self, params: dict[str, Any]) -> web.Response:
+        key = (int(params["chat_id"]), int(params["user_id"]))
+        status = "administrator" if key in self.chat_admins else "member"
+        user = {"id": key[1], "is_bot": False, "first_name": "user"}
+        member: dict[str, Any] = {"status": status, "user": user}
+        if status == "administrator":
+            member.update({k: True for k in _ADMIN_RIGHTS})
+            member["can_be_edited"] = False
+        return _ok(member)
+
+    async def _m_getFile(self, params: dict[str, Any]) -> web.Response:
+        file_id = str(params["file_id"])
+        if file_id not in self.files:
+            return _error(400, "Bad Request: invalid file_id")
+        return _ok({"file_id": file_id, "file_unique_id": file_id + "u", "file_size": len(self.files[file_id]),
+                    "file_path": f"photos/{file_id}"})
+
+
+_ADMIN_RIGHTS = ("is_anonymous", "can_manage_chat", "can_delete_messages", "can_manage_video_chats",
+                 "can_restrict_members", "can_promote_members", "can_change_info", "can_invite_users",
+                 "can_post_stories", "can_edit_stories", "can_delete_stories")
+
+
+def _entities(text: str, bot_username: str) -> list[dict[str, Any]]:
+    """bot_command at the start and @mentions, with UTF-16 offsets like Telegram computes them."""
+    entities: list[dict[str, Any]] = []
+    command_end = 0
+    if text.startswith("/"):
+        command_end = len(text.split(maxsplit=1)[0])
+        entities.append({"type": "bot_command", "offset": 0, "length": utf16_units(text[:command_end])})
+    needle = "@" + bot_username
+    start = text.find(needle, command_end)
+    while start != -1:
+        entities.append({"type": "mention", "offset": utf16_units(text[:start]), "length": utf16_units(needle)})
+        start = text.find(needle, start + len(needle))
+    return entities
+
+
+async def _params(request: web.Request) -> dict[str, Any]:
+    params: dict[str, Any] = dict(request.query)
+    if request.can_read_body:
+        if request.content_type == "application/json":
+            params.update(await request.json())
+        else:
+            params.update({k: v for k, v in (await request.post()).items() if isinstance(v, str)})
+    return params
+
+
+def _ok(result: Any) -> web.Response:
+    return web.json_response({"ok": True, "result": result})
+
+
+def _error(code: int, description: str) -> web.Response:
+    return web.json_response({"ok": False, "error_code": code, "description": description}, status=code)
