@@ -75,9 +75,10 @@ class CompactionRepository:
         await insert_rows(conn, session.id, generation + 1, after)
         info = _info(reason, before, after, number, engine_state)
         state_values = engine_values(engine_state) if engine_state is not None else {}
-        await conn.execute(update(SessionRow).where(SessionRow.id == session.id).values(
-            **state_values, last_seq=generation + len(after), generation_seq=generation, compactions=number,
-            message_count=len(after), token_count=sum(r.tokens for r in after), last_compaction=info.to_json()))
+        await conn.execute(update(SessionRow).where(SessionRow.id == session.id).values({
+            **state_values, "last_seq": generation + len(after), "generation_seq": generation,
+            "compactions": number, "message_count": len(after), "token_count": sum(r.tokens for r in after),
+            "last_compaction": info.to_json()}))
         await conn.execute(insert(CompactionRow).values(
             session_id=session.id, number=number, at=at, reason=reason, watermark=watermark,
             messages_before=len(before), messages_after=len(after), tokens_before=sum(r.tokens for r in before),
