@@ -93,10 +93,12 @@ def compression_skipped_notice(ineffective: int) -> Notice:
 def aborted_notice(reason: str) -> Notice:
     """Shown when a compression gave up and left the conversation unchanged."""
     reason = reason or "unknown reason"
-    return Notice(NoticeKind.COMPRESSION_ABORTED,
-                  f"⚠️ Context compression aborted ({reason}). The conversation is frozen at its current size: "
-                  "run /compress to retry or /new to start fresh.",
-                  {"reason": reason})
+    if reason.lower().startswith("context compression aborted"):
+        text = f"⚠️ {reason}"  # the engine already wrote the whole warning
+    else:
+        text = (f"⚠️ Context compression aborted ({reason}). The conversation is frozen at its current size: "
+                "run /compress to retry or /new to start fresh.")
+    return Notice(NoticeKind.COMPRESSION_ABORTED, text, {"reason": reason})
 
 
 def error_notice(text: str) -> Notice:

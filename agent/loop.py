@@ -351,8 +351,8 @@ def _protected_counts(engine: ContextEngine) -> tuple[int, int]:
 
 
 def _ineffective_streak(engine: ContextEngine) -> int:
-    """How many ineffective compressions in a row block the engine (0 when it is not blocked)."""
-    return int(getattr(engine, "ineffective_compressions", 0) or 0)
+    """Ineffective compressions in a row the engine reports (`ContextCompressor.ineffective_count`)."""
+    return int(getattr(engine, "ineffective_count", 0) or 0)
 
 
 def _lower_context_length(engine: ContextEngine, context_length: int) -> None:

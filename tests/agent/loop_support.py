@@ -32,16 +32,16 @@ class KeepTailEngine(ContextEngine):
 
     def __init__(self, *, context_length: int, threshold: float = 0.5, keep: int = 4,
                  protect_first_n: int = 1, protect_last_n: int = 2, keep_sentinel_on_missing_usage: bool = False,
-                 abort_reason: str = "", blocked_streak: int = 0) -> None:
+                 abort_reason: str = "", blocked_streak: int = 0, threshold_tokens: int | None = None) -> None:
         self.context_length = context_length
         self.threshold = threshold
-        self.threshold_tokens = compute_threshold_tokens(context_length, threshold)
+        self.threshold_tokens = threshold_tokens or compute_threshold_tokens(context_length, threshold)
         self.keep = keep
         self.protect_first_n = protect_first_n
         self.protect_last_n = protect_last_n
         self.keep_sentinel = keep_sentinel_on_missing_usage
         self.abort_reason = abort_reason
-        self.ineffective_compressions = blocked_streak
+        self.ineffective_count = blocked_streak
         self.last_prompt_tokens = 0
         self.compression_count = 0
         self.calls: list[CompressCall] = []
@@ -50,7 +50,7 @@ class KeepTailEngine(ContextEngine):
 
     def should_compress(self, prompt_tokens: int | None = None) -> bool:
         tokens = self.last_prompt_tokens if prompt_tokens is None else prompt_tokens
-        return not self.ineffective_compressions and tokens >= self.threshold_tokens
+        return self.ineffective_count < 2 and tokens >= self.threshold_tokens
 
     def lower_context_length(self, context_length: int) -> None:
         self.context_length = min(self.context_length, context_length)
