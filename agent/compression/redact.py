@@ -44,7 +44,7 @@ _KEYED = [
     re.compile(
         r"(?i)(\b(?:password|passwd|pwd|passphrase|secret|client[_-]?secret|api[_-]?key|apikey|access[_-]?key|"
         r"secret[_-]?key|aws_secret_access_key|auth[_-]?token|access[_-]?token|refresh[_-]?token|token|"
-        r"private[_-]?key|x-api-key|authorization)[\"']?\s*[:=]\s*[\"']?)(?!\[REDACTED\])[^\s\"',;}&]{4,}"
+        r"private[_-]?key|x-api-key|authorization)[\"']?\s*[:=]\s*[\"']?)(?!\[REDACTED\]|(?:bearer|basic)\s)[^\s\"',;}&]{4,}"
     ),
     # Credentials embedded in URLs: scheme://user:password@host
     re.compile(r"(\b[a-z][a-z0-9+.\-]*://[^\s:/@]+:)[^\s@/]{3,}(?=@)"),

@@ -1,0 +1,182 @@
+"""``concord compress INPUT.jsonl``: compress one OpenAI-format JSONL transcript once, as a manual /compress would.
+
+Exit codes: 0 compressed or nothing to compress (a normal outcome, with its reason); 1 the compression was
+aborted (summary model unavailable); 2 bad usage or malformed input (the message names the line).
+Without ``-o`` the transcript goes to stdout and the report to stderr; with ``-o`` the report goes to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn
+
+from agent.compression.compressor import ContextCompressor
+from agent.compression.engine import CompressionResult
+from agent.llm.base import Provider
+
+__all__ = ["PROGRESS_MIN_BYTES", "MalformedTranscript", "build_parser", "main", "read_transcript",
+           "run_compress_command"]
+
+PROGRESS_MIN_BYTES = 1_000_000
+DEFAULT_CONTEXT_LENGTH = 200_000
+_ROLES = frozenset({"system", "user", "assistant", "tool", "developer"})
+
+ProviderFactory = Callable[[], Provider]
+
+
+class MalformedTranscript(ValueError):
+    """A JSONL line is not an OpenAI chat message; ``line`` is 1-based."""
+
+    def __init__(self, line: int, problem: str) -> None:
+        super().__init__(f"line {line}: {problem}")
+        self.line = line
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``concord compress``."""
+    parser = argparse.ArgumentParser(prog="concord compress", description="Compress a JSONL chat transcript once.")
+    parser.add_argument("input", help="OpenAI-format JSONL transcript, one message per line ('-' for stdin)")
+    parser.add_argument("-o", "--output", help="where to write the compressed JSONL ('-' or omitted: stdout)")
+    parser.add_argument("--context-length", type=int, default=DEFAULT_CONTEXT_LENGTH,
+                        help=f"main model window in tokens (default {DEFAULT_CONTEXT_LENGTH:,})")
+    parser.add_argument("--threshold", type=float, default=0.50, help="trigger fraction of the window (default 0.50)")
+    parser.add_argument("--focus", help="focus topic: kept at full detail in the summary")
+    parser.add_argument("--summary", choices=("llm", "static"), default="llm",
+                        help="llm: the configured summary model; static: deterministic summary, no LLM")
+    parser.add_argument("--force", action="store_true", help="overwrite the output file if it exists")
+    parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    return parser
+
+
+def _check_message(line: int, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise MalformedTranscript(line, "expected a JSON object (one chat message)")
+    role = value.get("role")
+    if role not in _ROLES:
+        raise MalformedTranscript(line, f"role must be one of {', '.join(sorted(_ROLES))}, got {role!r}")
+    content = value.get("content")
+    if content is not None and not isinstance(content, (str, list)):
+        raise MalformedTranscript(line, "content must be a string, a list of parts, or null")
+    calls = value.get("tool_calls")
+    if calls is not None and (not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls)):
+        raise MalformedTranscript(line, "tool_calls must be a list of objects")
+    return value
+
+
+def read_transcript(stream: IO[str], size_hint: int = 0, progress: IO[str] | None = None) -> list[dict[str, Any]]:
+    """Parse a JSONL transcript; blank lines are skipped. Raises `MalformedTranscript` naming the line.
+
+    A progress bar is drawn on ``progress`` when ``size_hint`` says the input is long.
+    """
+    messages: list[dict[str, Any]] = []
+    show = progress is not None and size_hint >= PROGRESS_MIN_BYTES
+    bar = Progress(TextColumn("reading transcript"), BarColumn(), TextColumn("{task.completed:,} bytes"),
+                   console=Console(file=progress), transient=True, disable=not show)
+    with bar:
+        task = bar.add_task("read", total=size_hint or None)
+        for number, raw in enumerate(stream, start=1):
+            bar.advance(task, len(raw.encode()))
+            if not raw.strip():
+                continue
+            try:
+                value = json.loads(raw)
+            except json.JSONDecodeError as error:
+                raise MalformedTranscript(number, f"invalid JSON ({error.msg})") from None
+            messages.append(_check_message(number, value))
+    return messages
+
+
+def _human_report(result: CompressionResult) -> str:
+    if not result.compressed:
+        head = "Aborted" if result.aborted else "Nothing compressed"
+        return (f"{head}: {result.reason}\n"
+                f"{result.messages_before:,} messages, {result.tokens_before:,} tokens unchanged")
+    lines = [
+        f"Compressed {result.messages_before:,} → {result.messages_after:,} messages, "
+        f"{result.tokens_before:,} → {result.tokens_after:,} tokens ({result.savings_pct:.1%} saved)",
+        f"head kept: messages 0–{result.head_end - 1}; tail kept from message {result.tail_start}; "
+        f"pruned {result.pruned} old tool messages; summary: {result.summary_kind}",
+    ]
+    if result.reason:
+        lines.append(f"note: {result.reason}")
+    return "\n".join(lines)
+
+
+async def _compress(messages: list[dict[str, Any]], opts: argparse.Namespace,
+                    provider: Provider | None) -> CompressionResult:
+    compressor = ContextCompressor(context_length=opts.context_length, threshold=opts.threshold,
+                                   summary_provider=provider, main_provider=None)
+    try:
+        return await compressor.compress(messages, focus_topic=opts.focus, force=True)
+    finally:
+        if provider is not None:
+            await provider.aclose()
+
+
+def _write(messages: Sequence[dict[str, Any]], out: IO[str]) -> None:
+    for message in messages:
+        out.write(json.dumps(message, ensure_ascii=False) + "\n")
+
+
+def run_compress_command(
+    args: argparse.Namespace | Sequence[str],
+    *,
+    provider_factory: ProviderFactory | None = None,
+    stdin: IO[str] | None = None,
+    stdout: IO[str] | None = None,
+    stderr: IO[str] | None = None,
+) -> int:
+    """Run ``concord compress``; ``provider_factory`` builds the configured summary model for ``--summary llm``."""
+    stdin, stdout, stderr = stdin or sys.stdin, stdout or sys.stdout, stderr or sys.stderr
+    opts = args if isinstance(args, argparse.Namespace) else build_parser().parse_args(list(args))
+    if opts.context_length <= 0 or not 0 < opts.threshold <= 1:
+        stderr.write("error: --context-length must be positive and --threshold in (0, 1]\n")
+        return 2
+    to_file = opts.output not in (None, "-")
+    if to_file and Path(opts.output).exists() and not opts.force:
+        stderr.write(f"error: {opts.output} exists (use --force to overwrite)\n")
+        return 2
+    if opts.summary == "llm" and provider_factory is None:
+        stderr.write("error: --summary llm needs a configured summary model (or use --summary static)\n")
+        return 2
+    try:
+        if opts.input == "-":
+            messages = read_transcript(stdin)
+        else:
+            path = Path(opts.input)
+            with path.open(encoding="utf-8") as stream:
+                messages = read_transcript(stream, path.stat().st_size, stderr)
+    except MalformedTranscript as error:
+        stderr.write(f"error: {opts.input}: {error}\n")
+        return 2
+    except OSError as error:
+        stderr.write(f"error: cannot read {opts.input}: {error.strerror}\n")
+        return 2
+    provider = provider_factory() if opts.summary == "llm" and provider_factory is not None else None
+    result = asyncio.run(_compress(messages, opts, provider))
+    report_stream = stdout if to_file else stderr
+    if to_file:
+        with Path(opts.output).open("w", encoding="utf-8") as out:
+            _write(result.messages, out)
+    else:
+        _write(result.messages, stdout)
+    report = json.dumps(result.stats(), ensure_ascii=False) if opts.json else _human_report(result)
+    report_stream.write(report + "\n")
+    return 1 if result.aborted else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: ``python -m agent.compression.cli INPUT.jsonl …`` (only ``--summary static`` here)."""
+    return run_compress_command(sys.argv[1:] if argv is None else argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""Stage 1 pruning (R-C1) with the worked examples of the issue."""
+
+from __future__ import annotations
+
+import json
+
+from agent.compression.prune import (
+    ARGUMENTS_MAX_CHARS,
+    DUPLICATE_NOTE,
+    IMAGE_PLACEHOLDER,
+    find_prune_boundary,
+    prune_messages,
+    shrink_arguments,
+)
+from agent.tokens import get_counter
+from tests.compression.helpers import assistant, call, image_part, result, system, user
+
+
+def _tail() -> list[dict]:
+    return [user("and now?"), assistant("Done.")]
+
+
+def test_results_up_to_200_chars_are_kept() -> None:
+    short = "x" * 200
+    messages = [system(), user("go"), call("c1", "terminal", {"command": "ls"}), result("c1", short), *_tail()]
+    out = prune_messages(messages, protect_from=4)
+    assert out.messages[3]["content"] == short
+    assert out.pruned == 0
+
+
+def test_long_terminal_result_becomes_npm_test_one_liner() -> None:
+    output = "\n".join(f"line {i}" for i in range(46)) + "\nProcess exited with code 0"
+    messages = [system(), user("test it"), call("c1", "terminal", {"command": "npm test"}), result("c1", output),
+                *_tail()]
+    out = prune_messages(messages, protect_from=4)
+    assert out.messages[3]["content"] == "[terminal] ran `npm test` -> exit 0, 47 lines output"
+    assert out.summarized == 1
+    assert messages[3]["content"] == output, "input must not be mutated"
+
+
+def test_read_file_one_liner_names_file_line_and_size() -> None:
+    body = "a" * 3_400
+    messages = [system(), user("read"), call("c1", "read_file", {"path": "config.py"}), result("c1", body), *_tail()]
+    out = prune_messages(messages, protect_from=4)
+    assert out.messages[3]["content"] == "[read_file] read config.py from line 1 (3,400 chars)"
+
+
+def test_failed_command_one_liner_keeps_last_error_line() -> None:
+    output = "running\n" * 40 + "AssertionError: expected 3 got 4\nexit code: 1"
+    messages = [system(), user("t"), call("c1", "bash", {"cmd": "pytest -q"}), result("c1", output), *_tail()]
+    line = prune_messages(messages, protect_from=4).messages[3]["content"]
+    assert line.startswith("[bash] ran `pytest -q` -> exit 1, 42 lines output")
+    assert "exit code: 1" in line
+
+
+def test_orphan_result_still_gets_an_informative_line() -> None:
+    messages = [system(), user("x"), result("ghost", "payload " * 60, name="lookup"), *_tail()]
+    line = prune_messages(messages, protect_from=3).messages[2]["content"]
+    assert line.startswith("[lookup] -> 480 chars, 1 lines: payload payload")
+
+
+def test_identical_5000_char_results_dedup_to_the_newest() -> None:
+    blob = "same output\n" + "z" * 4_988
+    messages = [system(), user("a")]
+    for i in range(3):
+        messages += [call(f"c{i}", "read_file", {"path": "big.txt"}), result(f"c{i}", blob)]
+    messages += _tail()
+    out = prune_messages(messages, protect_from=len(messages) - 3)
+    assert out.messages[3]["content"] == DUPLICATE_NOTE
+    assert out.messages[5]["content"] == DUPLICATE_NOTE
+    assert out.messages[7]["content"] == blob, "the newest copy is in the tail and stays in full"
+    assert out.deduplicated == 2
+
+
+def test_protected_tail_is_untouched() -> None:
+    messages = [system(), user("go"), call("c1", "terminal", {"command": "make"}), result("c1", "y" * 5_000),
+                *_tail()]
+    out = prune_messages(messages, protect_from=2)
+    assert out.messages == messages
+
+
+def test_50kb_write_file_arguments_shrink_to_valid_json() -> None:
+    args = {"path": "src/app.py", "content": "print('hi')\n" * 4_500, "mode": "w"}
+    raw = json.dumps(args)
+    assert len(raw) > 50_000
+    messages = [system(), user("write"), call("c1", "write_file", raw), result("c1", "ok"), *_tail()]
+    out = prune_messages(messages, protect_from=4)
+    shrunk = out.messages[2]["tool_calls"][0]["function"]["arguments"]
+    parsed = json.loads(shrunk)
+    assert parsed["path"] == "src/app.py" and parsed["mode"] == "w"
+    assert len(shrunk) < 1_000 and "more chars truncated" in parsed["content"]
+    assert out.arguments_shrunk == 1
+
+
+def test_unparsable_arguments_become_a_valid_json_stub() -> None:
+    stub = shrink_arguments('{"path": "a.py", "content": "unterminated')
+    assert json.loads(stub) == {"_unparsable_arguments": '{"path": "a.py", "content": "unterminated'}
+    assert shrink_arguments('{"small": 1}') is None
+    big_list = json.dumps({"items": list(range(5_000))})
+    assert len(big_list) > ARGUMENTS_MAX_CHARS
+    assert json.loads(shrink_arguments(big_list))["items"][-1] == "… [4,980 more items truncated]"
+
+
+def test_images_in_old_tool_results_become_placeholders() -> None:
+    content = [{"type": "text", "text": "screenshot"}, image_part("B" * 10_000)]
+    messages = [system(), user("look"), call("c1", "screenshot", {}), result("c1", content), *_tail()]
+    out = prune_messages(messages, protect_from=4)
+    assert out.messages[3]["content"] == [{"type": "text", "text": "screenshot"},
+                                          {"type": "text", "text": IMAGE_PLACEHOLDER}]
+    assert out.images_removed == 1
+
+
+def test_anchor_messages_are_never_pruned() -> None:
+    big_args = json.dumps({"content": "q" * 5_000})
+    last_reply = {**call("c9", "write_file", big_args, text="Here is the file I wrote."), "content": "Here it is."}
+    messages = [system(), user("final ask"), last_reply, result("c9", "ok")]
+    out = prune_messages(messages, protect_from=4)
+    assert out.messages[2] is last_reply
+
+
+def test_prune_boundary_uses_budget_with_message_floor() -> None:
+    counter = get_counter()
+    messages = [user("m" * 400) for _ in range(10)]
+    per = counter.count_message(messages[0])
+    assert find_prune_boundary(messages, tail_budget=per * 5, min_tail=3, counter=counter) == 5
+    assert find_prune_boundary(messages, tail_budget=0, min_tail=3, counter=counter) == 7
