@@ -108,15 +108,16 @@ def shrink_data_url(url: str, max_bytes: int = DEFAULT_MAX_BYTES, max_px: int = 
         return None
     if max(image.size) > max_px:
         image.thumbnail((max_px, max_px), Image.Resampling.LANCZOS)
-    while min(image.size) >= _MIN_SIDE:
+    while True:
         found = next((c for c in _candidates(image) if len(c[1]) <= max_bytes), None)
         if found is not None:
             mime, data = found
             with Image.open(io.BytesIO(data)) as check:
                 if _fits(data, check.size, max_bytes, max_px):
                     return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
-        image = image.resize((max(1, image.width // 2), max(1, image.height // 2)), Image.Resampling.LANCZOS)
-    return None
+        if min(image.size) // 2 < _MIN_SIDE:
+            return None
+        image = image.resize((image.width // 2, image.height // 2), Image.Resampling.LANCZOS)
 
 
 async def ashrink_data_url(url: str, max_bytes: int = DEFAULT_MAX_BYTES, max_px: int = DEFAULT_MAX_PX) -> str | None:

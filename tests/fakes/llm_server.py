@@ -53,6 +53,15 @@ class Drop:
 
 
 Spec = Reply | Fail | Drop | ErrorReply | str
+_ANY_API_KINDS = frozenset({"invalid_json", "empty", "stream_error", "no_end"})
+
+
+def _has_kind(api: str, kind: str) -> bool:
+    try:
+        error_reply(api, kind, {})
+    except ValueError:
+        return False
+    return True
 Responder = Callable[[dict[str, Any]], Spec]
 
 
@@ -160,6 +169,8 @@ class FakeLLMServer:
         payload_too_large, long_context_tier, image_too_large, rate_limit, auth, forbidden, quota,
         model_not_found, server_error, overloaded, bad_gateway, invalid_request (worded per API), and
         invalid_json, empty, stream_error, no_end (either API)."""
+        if kind not in _ANY_API_KINDS and not any(_has_kind(api, kind) for api in ("openai", "anthropic")):
+            raise ValueError(f"fake LLM server has no failure kind {kind!r}")
         for _ in range(times):
             self._script.append(Fail(kind, params, delay))
 
