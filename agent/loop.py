@@ -254,6 +254,8 @@ class AgentLoop:
             compressions_used=turn.compressions_used, max_compressions=self.config.max_compression_attempts,
             output_shrinks_left=self.config.max_output_shrinks - turn.output_shrinks,
             images_shrunk=turn.images_shrunk > 0)
+        if plan.context_length is not None:
+            _lower_context_length(self.engine, plan.context_length)
         if plan.action is Action.SHRINK_OUTPUT:
             turn.output_shrinks += 1
             turn.max_tokens = plan.max_tokens
@@ -265,8 +267,6 @@ class AgentLoop:
             turn.messages = [dict(m) for m in shrunk]
             turn.images_shrunk += changed
         elif plan.action is Action.COMPRESS:
-            if plan.context_length is not None:
-                _lower_context_length(self.engine, plan.context_length)
             turn.compressions_used += 1
             tokens = self.counter.count_request(turn.messages, system=self.system_prompt,
                                                 tools=self.tools.schemas())

@@ -26,7 +26,8 @@ __all__ = ["Action", "Recovery", "budget_spent_text", "plan_recovery", "user_err
 class Action(StrEnum):
     """What to do before the next try."""
 
-    COMPRESS = "compress"  # force a compression (after lowering the window when ``context_length`` is set)
+    # ``context_length``, when set, is the smaller window the provider stated: lower the engine's first.
+    COMPRESS = "compress"  # force a compression
     SHRINK_OUTPUT = "shrink_output"  # retry with ``max_tokens`` lowered
     SHRINK_IMAGES = "shrink_images"  # re-encode oversized data-URL images
     STOP = "stop"  # give up; ``text`` says why
@@ -67,7 +68,10 @@ def plan_recovery(error: LLMError, *, context_length: int, max_tokens: int | Non
                   images_shrunk: bool) -> Recovery:
     """Decide how to react to ``error`` given what the turn may still spend."""
     if isinstance(error, ContextOverflow) and error.output_tokens_variant:
-        return _shrink_output(error, max_tokens, output_shrinks_left)
+        plan = _shrink_output(error, max_tokens, output_shrinks_left)
+        if plan.action is Action.SHRINK_OUTPUT and error.limit and error.limit < context_length:
+            return Recovery(Action.SHRINK_OUTPUT, context_length=error.limit, max_tokens=plan.max_tokens)
+        return plan
     if isinstance(error, ImageTooLarge):
         if images_shrunk:
             return Recovery(Action.STOP, text=("⚠️ An image is still too large for the model after re-encoding. "
