@@ -1,0 +1,280 @@
+"""A fake Discord (REST API + gateway websocket) on 127.0.0.1 that the real discord.py client talks to.
+
+One aiohttp app serves ``/api/v10/...`` and the gateway websocket at ``/``: HELLO, heartbeat ACKs,
+IDENTIFY → READY → GUILD_CREATE (one guild with a text channel, a thread and two roles), then whatever the
+test dispatches. Like real Discord it blanks guild message content when IDENTIFY lacks the
+message-content intent (unless the bot is mentioned) and refuses messages over 2,000 characters.
+Use :meth:`FakeDiscord.patch_client_urls` (or the ``fake_discord`` fixture, which does it) so discord.py
+connects here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import discord
+import yarl
+from aiohttp import WSMsgType, web
+
+BOT_ID = 1000
+GUILD_ID = 2000
+ADMIN_ROLE_ID = 2100
+CHANNEL_ID = 3000
+THREAD_ID = 3100
+DM_CHANNEL_ID = 4000
+MESSAGE_CONTENT_INTENT = 1 << 15
+TEXT_LIMIT = 2000
+
+
+@dataclass
+class SentMessage:
+    """One message the bot posted."""
+
+    message_id: int
+    channel_id: int
+    content: str
+    reference_id: int | None
+    allowed_mentions: dict[str, Any] | None
+    at: float
+
+
+@dataclass
+class _Failure:
+    times: int
+    retry_after: float
+    via: bool
+    is_global: bool
+
+
+def _user(user_id: int, name: str, bot: bool = False) -> dict[str, Any]:
+    return {"id": str(user_id), "username": name, "global_name": name, "discriminator": "0",
+            "avatar": None, "bot": bot}
+
+
+@dataclass
+class FakeDiscord:
+    """The fake; ``await start()`` / ``await stop()``, or use the ``fake_discord`` fixture."""
+
+    token: str = "fake-discord-token"
+    sent_messages: list[SentMessage] = field(default_factory=list)
+    typing_calls: list[tuple[int, float]] = field(default_factory=list)
+    identify: dict[str, Any] | None = None
+    requests: list[str] = field(default_factory=list)
+    refused_channels: dict[int, int] = field(default_factory=dict)
+    port: int = 0
+
+    def __post_init__(self) -> None:
+        self._sockets: list[web.WebSocketResponse] = []
+        self._seq = 0
+        self._next_id = 10_000
+        self._failures: dict[str, _Failure] = {}
+        self._runner: web.AppRunner | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Bind a free loopback port and serve REST and the gateway."""
+        app = web.Application()
+        app.router.add_get("/", self._gateway)
+        app.router.add_get("/api/v10/users/@me", self._me)
+        app.router.add_get("/api/v10/oauth2/applications/@me", self._application)
+        app.router.add_post("/api/v10/channels/{channel_id}/messages", self._create_message)
+        app.router.add_post("/api/v10/channels/{channel_id}/typing", self._typing)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def stop(self) -> None:
+        """Close gateway connections and stop serving."""
+        for ws in list(self._sockets):
+            await ws.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def patch_client_urls(self, monkeypatch: Any) -> None:
+        """Point discord.py's process-wide REST base and gateway URL at this fake (per test)."""
+        monkeypatch.setattr(discord.http.Route, "BASE", f"http://127.0.0.1:{self.port}/api/v10")
+        monkeypatch.setattr(discord.gateway.DiscordWebSocket, "DEFAULT_GATEWAY", yarl.URL(f"ws://127.0.0.1:{self.port}/"))
+
+    # -- scripting -------------------------------------------------------------------------------
+    def refuse_channel(self, channel_id: int, status: int = 403) -> None:
+        """Answer every message posted to ``channel_id`` with ``status`` (403 Forbidden, 400, 404 …)."""
+        self.refused_channels[channel_id] = status
+
+    def fail_next(self, route: str, times: int = 1, retry_after: float = 0.3, via: bool = True,
+                  is_global: bool = False) -> None:
+        """Answer the next ``times`` calls of ``route`` ("messages" or "typing") with 429.
+
+        With ``via`` (what Discord's edge adds) discord.py waits and retries; without it discord.py treats
+        the 429 as a Cloudflare ban and raises at once.
+        """
+        self._failures[route] = _Failure(times, retry_after, via, is_global)
+
+    async def dispatch(self, event: str, data: dict[str, Any]) -> None:
+        """Send one op-0 dispatch to every connected client."""
+        self._seq += 1
+        payload = json.dumps({"op": 0, "t": event, "s": self._seq, "d": data})
+        for ws in list(self._sockets):
+            await ws.send_str(payload)
+
+    def make_message(
+        self,
+        content: str,
+        *,
+        channel_id: int = CHANNEL_ID,
+        user_id: int = 42,
+        user_name: str = "alice",
+        is_bot: bool = False,
+        role_ids: tuple[int, ...] = (),
+        reply_to_bot: bool = False,
+        attachments: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        """A MESSAGE_CREATE payload; ``<@1000>`` in the content fills ``mentions`` like Discord does."""
+        self._next_id += 1
+        author = _user(user_id, user_name, bot=is_bot)
+        message: dict[str, Any] = {
+            "id": str(self._next_id), "channel_id": str(channel_id), "author": author, "content": content,
+            "timestamp": "2025-01-01T00:00:00+00:00", "edited_timestamp": None, "tts": False,
+            "mention_everyone": False, "mentions": [_user(BOT_ID, "testbot", bot=True)]
+            if f"<@{BOT_ID}>" in content or f"<@!{BOT_ID}>" in content else [],
+            "mention_roles": [], "attachments": attachments or [], "embeds": [], "pinned": False, "type": 0,
+        }
+        if channel_id != DM_CHANNEL_ID:
+            message["guild_id"] = str(GUILD_ID)
+            message["member"] = {"roles": [str(r) for r in role_ids], "joined_at": "2024-01-01T00:00:00+00:00",
+                                 "deaf": False, "mute": False, "nick": None, "flags": 0}
+        if reply_to_bot:
+            earlier = {**self.make_message("an earlier answer", channel_id=channel_id), "author":
+                       _user(BOT_ID, "testbot", bot=True)}
+            message["type"] = 19
+            message["message_reference"] = {"message_id": earlier["id"], "channel_id": str(channel_id)}
+            message["referenced_message"] = earlier
+        return message
+
+    async def inject_message(self, content: str, **kwargs: Any) -> dict[str, Any]:
+        """Dispatch MESSAGE_CREATE for :meth:`make_message` (content blanked without the intent)."""
+        message = self.make_message(content, **kwargs)
+        intents = int((self.identify or {}).get("intents", 0))
+        if "guild_id" in message and not intents & MESSAGE_CONTENT_INTENT and not message["mentions"]:
+            message = {**message, "content": ""}
+        await self.dispatch("MESSAGE_CREATE", message)
+        return message
+
+    async def wait_for_messages(self, count: int, within_s: float = 10.0) -> list[SentMessage]:
+        """Wait until the bot has posted at least ``count`` messages."""
+        deadline = time.monotonic() + within_s
+        while len(self.sent_messages) < count:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"bot sent {len(self.sent_messages)} of {count} messages")
+            await asyncio.sleep(0.02)
+        return list(self.sent_messages)
+
+    # -- REST ------------------------------------------------------------------------------------
+    def _json(self, request: web.Request, data: Any, status: int = 200, headers: dict[str, str] | None = None
+              ) -> web.Response:
+        # discord.py compares Content-Type exactly; aiohttp's json_response adds a charset.
+        self.requests.append(f"{request.method} {request.path}")
+        return web.Response(status=status, body=json.dumps(data).encode(),
+                            headers={"Content-Type": "application/json", **(headers or {})})
+
+    def _rate_limited(self, request: web.Request, route: str) -> web.Response | None:
+        failure = self._failures.get(route)
+        if failure is None or failure.times <= 0:
+            return None
+        failure.times -= 1
+        body = {"message": "You are being rate limited.", "retry_after": failure.retry_after,
+                "global": failure.is_global}
+        return self._json(request, body, status=429, headers={"Via": "1.1 google"} if failure.via else {})
+
+    async def _me(self, request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != f"Bot {self.token}":
+            return self._json(request, {"message": "401: Unauthorized", "code": 0}, status=401)
+        return self._json(request, _user(BOT_ID, "testbot", bot=True))
+
+    async def _application(self, request: web.Request) -> web.Response:
+        return self._json(request, {
+            "id": str(BOT_ID), "name": "testbot", "description": "", "icon": None, "bot_public": True,
+            "bot_require_code_grant": False, "owner": _user(1, "owner"), "verify_key": "00", "flags": 0})
+
+    async def _create_message(self, request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != f"Bot {self.token}":
+            return self._json(request, {"message": "401: Unauthorized", "code": 0}, status=401)
+        limited = self._rate_limited(request, "messages")
+        if limited is not None:
+            return limited
+        channel_id = int(request.match_info["channel_id"])
+        if channel_id in self.refused_channels:
+            status = self.refused_channels[channel_id]
+            return self._json(request, {"message": "Missing Permissions", "code": 50013}, status=status)
+        body = await request.json()
+        content = str(body.get("content") or "")
+        if not content.strip() or len(content) > TEXT_LIMIT:
+            return self._json(request, {"message": "Invalid Form Body", "code": 50035}, status=400)
+        reference = body.get("message_reference") or {}
+        self._next_id += 1
+        self.sent_messages.append(SentMessage(
+            self._next_id, channel_id, content, int(reference["message_id"]) if reference else None,
+            body.get("allowed_mentions"), time.monotonic()))
+        message = self.make_message(content, channel_id=channel_id)
+        message.update({"id": str(self._next_id), "author": _user(BOT_ID, "testbot", bot=True), "mentions": []})
+        return self._json(request, message)
+
+    async def _typing(self, request: web.Request) -> web.Response:
+        limited = self._rate_limited(request, "typing")
+        if limited is not None:
+            return limited
+        self.typing_calls.append((int(request.match_info["channel_id"]), time.monotonic()))
+        self.requests.append(f"{request.method} {request.path}")
+        return web.Response(status=204)
+
+    # -- gateway ---------------------------------------------------------------------------------
+    async def _gateway(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        self._sockets.append(ws)
+        await ws.send_str(json.dumps({"op": 10, "d": {"heartbeat_interval": 1000}}))
+        try:
+            async for frame in ws:
+                if frame.type != WSMsgType.TEXT:
+                    continue
+                payload = json.loads(frame.data)
+                if payload["op"] == 1:
+                    await ws.send_str(json.dumps({"op": 11}))
+                elif payload["op"] == 2:
+                    self.identify = payload["d"]
+                    await self._ready_sequence()
+        finally:
+            self._sockets.remove(ws)
+        return ws
+
+    async def _ready_sequence(self) -> None:
+        await self.dispatch("READY", {
+            "v": 10, "user": _user(BOT_ID, "testbot", bot=True), "session_id": "fake-session",
+            "resume_gateway_url": f"ws://127.0.0.1:{self.port}/", "guilds": [{"id": str(GUILD_ID), "unavailable": True}],
+            "application": {"id": str(BOT_ID), "flags": 0}, "private_channels": [], "relationships": []})
+        await self.dispatch("GUILD_CREATE", _guild())
+
+
+def _guild() -> dict[str, Any]:
+    role = {"color": 0, "hoist": False, "managed": False, "mentionable": False, "permissions": "0", "position": 0}
+    return {
+        "id": str(GUILD_ID), "name": "Test guild", "owner_id": "1", "icon": None, "features": [],
+        "member_count": 3, "large": False, "unavailable": False, "emojis": [], "stickers": [],
+        "roles": [{**role, "id": str(GUILD_ID), "name": "@everyone"},
+                  {**role, "id": str(ADMIN_ROLE_ID), "name": "Admins", "position": 1}],
+        "channels": [{"id": str(CHANNEL_ID), "type": 0, "name": "general", "position": 0,
+                      "permission_overwrites": [], "guild_id": str(GUILD_ID)}],
+        "threads": [{"id": str(THREAD_ID), "type": 11, "name": "a thread", "parent_id": str(CHANNEL_ID),
+                     "guild_id": str(GUILD_ID), "owner_id": "42", "flags": 0, "message_count": 0, "member_count": 1,
+                     "thread_metadata": {"archived": False, "auto_archive_duration": 1440,
+                                         "archive_timestamp": "2025-01-01T00:00:00+00:00", "locked": False}}],
+        "members": [{"user": _user(BOT_ID, "testbot", bot=True), "roles": [], "joined_at": "2024-01-01T00:00:00+00:00",
+                     "deaf": False, "mute": False, "flags": 0}],
+        "voice_states": [], "presences": [],
+    }
