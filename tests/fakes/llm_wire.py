@@ -236,10 +236,18 @@ def openai_chunks(reply: Reply, model: str, usage: Mapping[str, int] | None, seq
     return chunks
 
 
+def _input(arguments: str) -> Any:
+    """A tool_use input; malformed scripted arguments stay a string so the stream can send them as is."""
+    try:
+        return json.loads(arguments)
+    except ValueError:
+        return arguments
+
+
 def _anthropic_blocks(reply: Reply) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = [{"type": "text", "text": reply.text}] if reply.text else []
     blocks += [{"type": "tool_use", "id": c["id"].replace("call_", "toolu_"), "name": c["name"],
-                "input": json.loads(c["arguments"])} for c in reply.calls()]
+                "input": _input(c["arguments"])} for c in reply.calls()]
     return blocks
 
 
@@ -267,9 +275,10 @@ def anthropic_events(reply: Reply, model: str, usage: Mapping[str, int], seq: in
         else:
             events.append(("content_block_start", {"type": "content_block_start", "index": index, "content_block": {
                 "type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}}))
+            raw = block["input"] if isinstance(block["input"], str) else json.dumps(block["input"])
             events += [("content_block_delta", {"type": "content_block_delta", "index": index,
                                                 "delta": {"type": "input_json_delta", "partial_json": p}})
-                       for p in _pieces(json.dumps(block["input"]), 2)]
+                       for p in _pieces(raw, 2)]
         events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
     events.append(("message_delta", {"type": "message_delta", "delta": {
         "stop_reason": _TO_ANTHROPIC_STOP.get(reply.finish(), "end_turn"), "stop_sequence": None},

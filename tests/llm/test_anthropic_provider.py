@@ -7,7 +7,7 @@ import json
 import httpx
 import pytest
 
-from agent.llm import AnthropicProvider
+from agent.llm import AnthropicProvider, BadResponse
 from agent.llm.anthropic_format import blocks_to_message, to_anthropic_messages, tools_to_anthropic
 from agent.llm.usage import parse_anthropic_usage
 from tests.fakes.llm_server import FakeLLMServer
@@ -118,3 +118,10 @@ async def test_base_url_with_v1_suffix(fake_llm: FakeLLMServer, http_client: htt
     provider = AnthropicProvider(fake_llm.base_url + "/v1", "k-123456", "claude-3-5-haiku", client=http_client)
     assert (await provider.complete([{"role": "user", "content": "x"}])).text == "ok"
     assert fake_llm.last_request.path == "/v1/messages"
+
+
+async def test_malformed_streamed_tool_input_is_bad_response(fake_llm: FakeLLMServer,
+                                                             make_provider: MakeProvider) -> None:
+    fake_llm.reply("", tool_calls=[{"name": "add", "arguments": '{"a": 1, "b": tw'}])
+    with pytest.raises(BadResponse, match="not valid JSON"):
+        await make_provider("anthropic").complete([{"role": "user", "content": "x"}], stream=True)
