@@ -45,14 +45,15 @@ def image_part(data: str = "AAAA") -> dict[str, Any]:
     return {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}}
 
 
-def coding_session(turns: int, output_chars: int = 1_200) -> list[dict[str, Any]]:
-    """system + ``turns`` × (user ask, tool call, long tool result, assistant reply)."""
+def coding_session(turns: int, output_lines: int = 30) -> list[dict[str, Any]]:
+    """system + ``turns`` × (user ask, tool call, long tool result, assistant reply); ~400 tokens a turn."""
     messages = [system()]
     for i in range(turns):
+        lines = "\n".join(f"tests/test_m{i}.py::test_case_{j} PASSED [{j * 3}%]" for j in range(output_lines))
         messages += [
             user(f"Step {i}: please run the tests for module m{i} and fix what fails."),
             call(f"call_{i}", "terminal", {"command": f"pytest tests/test_m{i}.py"}),
-            result(f"call_{i}", f"collected 12 items\n{'.' * output_chars}\nexit code: {i % 2}"),
+            result(f"call_{i}", f"collected {output_lines} items\n{lines}\nexit code: {i % 2}"),
             assistant(f"Ran the tests for m{i}: {'all passed' if i % 2 == 0 else 'one failure, fixed it'}."),
         ]
     return messages

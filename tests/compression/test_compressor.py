@@ -1,0 +1,193 @@
+"""ContextCompressor orchestration and state (R-C0, R-C5…R-C7, R-C10, R-E1, R-P1/R-P2 hooks)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agent.compression.assemble import COMPACTION_NOTE
+from agent.compression.engine import create_context_engine
+from agent.compression.summary import SUMMARY_END_MARKER, SUMMARY_PREFIX, format_summary
+from agent.llm.base import Usage
+from tests.compression.helpers import (
+    Clock,
+    ScriptedProvider,
+    assistant,
+    check_invariants,
+    coding_session,
+    make_compressor,
+    system,
+    user,
+)
+
+
+async def test_guard_returns_short_transcripts_unchanged() -> None:
+    compressor = make_compressor()
+    messages = [system(), user("a"), assistant("b"), user("c"), assistant("d"), user("e"), assistant("f"), user("g")]
+    out = await compressor.compress(messages)
+    assert out.messages == messages and not out.compressed and out.reason.endswith("too few messages")
+    assert compressor.ineffective_count == 0
+    assert not compressor.has_content_to_compress(messages)
+
+
+async def test_static_compression_end_to_end() -> None:
+    compressor = make_compressor()
+    messages = coding_session(20)
+    snapshot = json.dumps(messages)
+    assert compressor.has_content_to_compress(messages)
+    out = await compressor.compress(messages)
+    assert json.dumps(messages) == snapshot, "input not mutated"
+    assert out.compressed and out.summary_kind == "static" and not out.aborted
+    assert out.tokens_after < out.tokens_before and out.messages_after < out.messages_before
+    assert out.head_end == 4 and out.pruned > 0
+    assert out.messages[0]["content"].endswith(COMPACTION_NOTE)
+    summary = out.messages[out.head_end]
+    assert summary["content"].startswith(SUMMARY_PREFIX) and summary["content"].endswith(SUMMARY_END_MARKER)
+    assert out.messages[-8:] == messages[-8:], "the protected tail (8 messages here) is verbatim"
+    check_invariants(messages, out.messages, compressed=True)
+    assert compressor.compression_count == 1 and compressor.last_prompt_tokens == -1
+    assert compressor.last_compression is out and compressor.last_compression_stats == out.stats()
+
+
+async def test_head_decays_to_system_prompt_after_first_compression() -> None:
+    compressor = make_compressor()
+    first = await compressor.compress(coding_session(20))
+    grown = first.messages + coding_session(15)[1:]
+    second = await compressor.compress(grown)
+    assert second.compressed and second.head_end == 1
+    assert second.messages[0] == first.messages[0], "system prompt changes once at most"
+    assert second.messages[0]["content"].count(COMPACTION_NOTE) == 1
+    assert compressor.compression_count == 2
+
+
+async def test_llm_summary_is_used_and_fed_back_next_time() -> None:
+    provider = ScriptedProvider(["## Goal\nfirst summary body", "## Goal\nsecond summary body"])
+    compressor = make_compressor(summary_provider=provider)
+    first = await compressor.compress(coding_session(20), focus_topic="tests of m3")
+    assert first.summary_kind == "llm" and first.reason == ""
+    assert "first summary body" in first.messages[first.head_end]["content"]
+    prompt = provider.calls[0]["messages"][0]["content"]
+    assert "FOCUS TOPIC (requested by the user): tests of m3" in prompt and "PREVIOUS SUMMARY" not in prompt
+    assert provider.calls[0]["max_tokens"] >= 16_000
+    await compressor.compress(first.messages + coding_session(15)[1:])
+    second_prompt = provider.calls[1]["messages"][0]["content"]
+    assert "PREVIOUS SUMMARY:\n## Goal\nfirst summary body" in second_prompt
+    assert "inferred from the latest turns" in second_prompt
+
+
+async def test_previous_summary_rehydrates_from_messages_and_foreign_one_is_dropped() -> None:
+    compressor = make_compressor()
+    resumed = [system(), assistant(format_summary("## Goal\nresumed goal")), *coding_session(20)[1:]]
+    compressor.on_session_start("s1", resumed)
+    assert compressor.previous_summary == "## Goal\nresumed goal"
+    fresh = coding_session(20)
+    out = await compressor.compress(fresh)
+    assert out.head_end == 4, "no summary in these messages: not decayed, foreign summary dropped"
+    assert "resumed goal" not in out.messages[out.head_end]["content"]
+
+
+async def test_anti_thrashing_blocks_after_two_ineffective_compressions() -> None:
+    compressor = make_compressor(context_length=8_000)
+    assert not compressor.should_compress(compressor.threshold_tokens - 1)
+    assert compressor.should_compress(compressor.threshold_tokens)
+    tiny = [system()] + [user("x"), assistant("y")] * 5
+    for _ in range(2):
+        out = await compressor.compress(tiny)
+        assert not out.compressed and "protected head and tail" in out.reason
+    assert compressor.ineffective_count == 2
+    assert not compressor.should_compress(10**6)
+    out = await compressor.compress(coding_session(20))
+    assert out.compressed and out.savings_pct >= 0.10
+    assert compressor.ineffective_count == 0 and compressor.should_compress(10**6)
+    compressor.on_session_reset()
+    assert compressor.compression_count == 0 and compressor.previous_summary is None
+
+
+async def test_low_savings_count_as_ineffective() -> None:
+    compressor = make_compressor(context_length=200_000)
+    huge = " ".join(f"word{k}" for k in range(5_000))
+    messages = [system(), *[m for i in range(10) for m in (user(f"question {i}"), assistant(f"answer {i} " + huge[:1_500]))],
+                *[m for i in range(4) for m in (user(f"{i} {huge}"), assistant(f"{i} {huge}"))]]
+    out = await compressor.compress(messages)
+    assert out.compressed and 0 < out.savings_pct < 0.10
+    assert compressor.ineffective_count == 1 and compressor.should_compress(150_000)
+    again = await compressor.compress(messages)
+    assert again.compressed and again.savings_pct < 0.10
+    assert compressor.ineffective_count == 2 and not compressor.should_compress(150_000)
+
+
+async def test_update_from_response_and_deferral() -> None:
+    compressor = make_compressor()
+    compressor.update_from_response(Usage(prompt_tokens=1234, completion_tokens=99_999))
+    assert compressor.last_prompt_tokens == 1234 and not compressor.deferred_to_real_usage
+    await compressor.compress(coding_session(20))
+    assert compressor.last_prompt_tokens == -1 and not compressor.should_compress()
+    compressor.update_from_response(Usage(prompt_tokens=compressor.threshold_tokens - 1))
+    assert compressor.deferred_to_real_usage
+    compressor.update_from_response(Usage(prompt_tokens=compressor.threshold_tokens - 1))
+    assert compressor.deferred_to_real_usage
+    compressor.update_from_response(None)
+    assert compressor.last_prompt_tokens == 0 and not compressor.deferred_to_real_usage
+    await compressor.compress(coding_session(20))
+    compressor.update_from_response(Usage(prompt_tokens=compressor.threshold_tokens))
+    assert not compressor.deferred_to_real_usage and compressor.should_compress()
+
+
+async def test_tokens_never_grow_when_summary_is_bigger_than_middle() -> None:
+    provider = ScriptedProvider(["## Goal\n" + "very long summary " * 3_000])
+    compressor = make_compressor(summary_provider=provider)
+    messages = coding_session(20)
+    out = await compressor.compress(messages)
+    assert not out.compressed and out.messages == messages and "would not reduce" in out.reason
+    assert compressor.ineffective_count == 1 and compressor.compression_count == 0
+
+
+def test_export_and_load_state_round_trip_with_wall_clock_cooldown() -> None:
+    clock, wall = Clock(500.0), Clock(1_700_000_000.0)
+    compressor = make_compressor(clock=clock, wall_clock=wall)
+    compressor._state.cooldown_until = 530.0
+    compressor._state.compression_count = 3
+    compressor._state.previous_summary = "## Goal\nx"
+    compressor.lower_context_length(6_000)
+    data = compressor.export_state()
+    assert json.loads(json.dumps(data)) == data
+    assert data["cooldown_until_wall"] == 1_700_000_030.0 and data["context_length"] == 6_000
+
+    later_clock, later_wall = Clock(10.0), Clock(1_700_000_010.0)
+    restored = make_compressor(clock=later_clock, wall_clock=later_wall)
+    restored.load_state(data)
+    assert restored.cooldown_remaining == pytest.approx(20.0)
+    assert restored.compression_count == 3 and restored.previous_summary == "## Goal\nx"
+    assert restored.context_length == 6_000 and restored.threshold_tokens == compressor.threshold_tokens
+
+    expired = make_compressor(clock=Clock(0.0), wall_clock=Clock(1_700_000_100.0))
+    expired.load_state(data)
+    assert expired.cooldown_remaining == 0.0
+    with pytest.raises(ValueError, match="unsupported"):
+        expired.load_state({"version": 99})
+
+
+def test_lower_context_length_recomputes_threshold() -> None:
+    compressor = make_compressor(context_length=200_000)
+    assert compressor.threshold_tokens == 100_000 and compressor.tail_token_budget == 20_000
+    assert compressor.max_summary_tokens == 10_000
+    assert compressor.lower_context_length(100_000) == 64_000
+    assert compressor.lower_context_length(150_000) == 64_000, "never raised"
+    with pytest.raises(ValueError):
+        compressor.lower_context_length(0)
+
+
+def test_autoraise_and_validation() -> None:
+    raised = make_compressor(context_length=272_000, provider_name="codex-oauth", model="gpt-5.5")
+    assert raised.threshold_tokens == int(272_000 * 0.85)
+    plain = make_compressor(context_length=272_000, provider_name="codex-oauth", model="gpt-5.5", autoraise=False)
+    assert plain.threshold_tokens == 136_000
+    for bad in ({"context_length": 0}, {"threshold": 1.5}, {"target_ratio": 0}, {"protect_last_n": -1}):
+        with pytest.raises(ValueError):
+            make_compressor(**bad)
+
+
+def test_builtin_engine_is_selected_by_name() -> None:
+    engine = create_context_engine("compressor", context_length=200_000, summary_provider=None)
+    assert engine.threshold_tokens == 100_000 and engine.tools() == []
