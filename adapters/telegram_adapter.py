@@ -318,7 +318,11 @@ class TelegramAdapter(Adapter):
         if photo.file_size and photo.file_size > self.settings.max_attachment_bytes:
             log.info("telegram: photo of %d bytes over the limit, not attached", photo.file_size)
             return ()
-        data = bytes(await (await photo.get_file()).download_as_bytearray())
+        try:
+            data = bytes(await (await photo.get_file()).download_as_bytearray())
+        except TelegramError as exc:
+            log.warning("telegram: photo download failed (%s), message kept without it", type(exc).__name__)
+            return ()
         encoded = base64.b64encode(data).decode()
         return (Attachment(kind="image", mime="image/jpeg", size=len(data), name=f"{photo.file_unique_id}.jpg",
                            data_url=f"data:image/jpeg;base64,{encoded}"),)

@@ -244,6 +244,34 @@ async def test_photo_arrives_as_data_url(fake_telegram: FakeTelegram, start_tele
     assert base64.b64decode(attachment.data_url.split(",", 1)[1]) == b"\xff\xd8fake-jpeg-bytes"
 
 
+async def test_photo_problems_keep_the_message(fake_telegram: FakeTelegram, start_telegram: StartFn) -> None:
+    fake_telegram.files["big"] = b"x" * 64
+    inbox = Inbox()
+    await start_telegram(inbox, max_attachment_bytes=32)
+    fake_telegram.inject_message("too big", photo_file_id="big")
+    fake_telegram.inject_message("gone", photo_file_id="missing")
+    big, gone = await inbox.wait_for(2)
+    assert (big.text, big.attachments, gone.text, gone.attachments) == ("too big", (), "gone", ())
+    assert "getFile" in fake_telegram.calls  # tried for the missing one, skipped for the big one
+    assert fake_telegram.calls.count("getFile") == 1
+
+
+async def test_channel_posts_and_anonymous_admins(fake_telegram: FakeTelegram, start_telegram: StartFn) -> None:
+    inbox = Inbox()
+    await start_telegram(inbox)
+    channel = {"id": -100999, "type": "channel", "title": "News"}
+    fake_telegram.inject_update({"channel_post": {"message_id": 1, "date": 1, "chat": channel,
+                                                  "sender_chat": channel, "text": "/status"}})
+    anonymous = fake_telegram.make_message("/compress now", user_id=1087968824, user_name="GroupAnonymousBot",
+                                           is_bot=True)
+    anonymous["sender_chat"] = anonymous["chat"]
+    fake_telegram.inject_update({"message": anonymous})
+    post, admin = await inbox.wait_for(2)
+    assert (post.chat_type, post.user_id, post.user_name, post.command) == ("channel", "-100999", "News", "status")
+    assert (admin.user_id, admin.user_name, admin.is_admin_hint, admin.command) == (
+        "-100123", "Test chat", True, "compress")
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
