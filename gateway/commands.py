@@ -11,16 +11,22 @@ from datetime import UTC, datetime
 
 from adapters.base import Inbound
 from agent.compression.engine import CompressionResult
+from agent.events import EventSink, NoticeSink
+from gateway.compaction import compress_session, hygiene_check
+from gateway.session import LiveSession, SessionManager
 
 __all__ = [
     "ADMIN_COMMANDS",
     "COMMANDS",
     "Command",
+    "CommandContext",
     "StatusFigures",
     "format_compress_result",
     "format_help",
     "format_status",
     "is_admin",
+    "run_command",
+    "status_figures",
 ]
 
 COMMANDS: dict[str, str] = {
@@ -35,6 +41,8 @@ GROUP_ADMIN_COMMANDS = frozenset({"compress", "new"})
 
 NOTHING_TO_COMPRESS = "Nothing to compress: everything is already in the protected head and tail."
 REFUSAL = "Sorry, /{name} is for admins only."
+BUSY = "A compression of this conversation is already running; try again in a moment."
+MANUAL_REASON = "manual /compress"
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +127,8 @@ def format_status(s: StatusFigures) -> str:
 def format_compress_result(result: CompressionResult) -> str:
     """The one-line answer to /compress; never includes summary text."""
     if result.aborted:
-        return f"⚠️ Compression aborted ({result.reason or 'unknown reason'}). Try /compress again or /new."
+        # The reason already went out as the aborted notice; the reply only says where things stand.
+        return "⚠️ Compression aborted: the conversation is unchanged. Run /compress to retry or /new."
     if not result.compressed:
         return f"Nothing was compressed ({result.reason})." if result.reason else NOTHING_TO_COMPRESS
     return (
@@ -135,3 +144,59 @@ def format_help(admin: bool) -> str:
         suffix = " (admins only)" if name in ADMIN_COMMANDS and not admin else ""
         lines.append(f"  {text}{suffix}")
     return "\n".join(lines)
+
+
+@dataclass(frozen=True, slots=True)
+class CommandContext:
+    """What a command runs against: the session (already locked), who asked, and where notices go."""
+
+    sessions: SessionManager
+    live: LiveSession
+    inbound: Inbound
+    admin: bool
+    notices: NoticeSink | None = None
+    events: EventSink | None = None
+
+
+async def run_command(command: Command, ctx: CommandContext) -> tuple[str, LiveSession]:
+    """Run ``command``; return the reply and the session the chat is now on (``/new`` changes it)."""
+    if command.needs_admin(ctx.live.key.is_group) and not ctx.admin:
+        return REFUSAL.format(name=command.name), ctx.live
+    if command.name == "compress":
+        return await _compress(ctx, command.args or None), ctx.live
+    if command.name == "new":
+        old = ctx.live.id
+        fresh = await ctx.sessions.start_new(ctx.live, ctx.inbound.user_id)
+        return f"Started a new session. The previous one ({old}) is kept and searchable.", fresh
+    if command.name == "status":
+        return format_status(status_figures(ctx.sessions, ctx.live)), ctx.live
+    if command.name == "help":
+        return format_help(ctx.admin), ctx.live
+    return f"Unknown command /{command.name}. Try /help.", ctx.live
+
+
+async def _compress(ctx: CommandContext, focus: str | None) -> str:
+    live = ctx.live
+    framed = [{"role": "system", "content": live.system_prompt}, *live.messages]
+    if not live.engine.has_content_to_compress(framed):
+        return NOTHING_TO_COMPRESS
+    async with ctx.sessions.rt.locks.try_compression_lock(live.id) as acquired:
+        if not acquired:
+            return BUSY
+        result = await compress_session(ctx.sessions, live, reason=MANUAL_REASON, focus=focus, force=True,
+                                        notices=ctx.notices, events=ctx.events)
+    return format_compress_result(result)
+
+
+def status_figures(sessions: SessionManager, live: LiveSession) -> StatusFigures:
+    """Collect the /status figures of ``live``."""
+    check = hygiene_check(sessions, live)
+    engine, last = live.engine, live.last_compaction
+    return StatusFigures(
+        session_id=live.id, tokens=check.tokens, token_source=check.token_source,
+        context_length=engine.context_length, threshold_tokens=engine.threshold_tokens,
+        hygiene_tokens=check.token_limit, hygiene_message_limit=check.message_limit, messages=len(live.messages),
+        compression_count=engine.compression_count, engine=sessions.rt.engine_name, model=sessions.rt.model,
+        last_compaction_at=last.at if last else None, last_compaction_reason=last.reason if last else "",
+        last_compaction_savings=last.savings_pct if last else None,
+    )

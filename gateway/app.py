@@ -1,0 +1,274 @@
+"""The composition root: every concrete part of Concord is named and wired here, and only here.
+
+`build_runtime` turns `Settings` into the shared dependencies (store with migrations applied, locks, LLM
+provider, engine and memory factories); `Gateway` adds the router, scheduler and adapters and owns start-up
+and graceful shutdown. `run_gateway` (``concord run``) and `run_sweep` (``concord sweep``) are the
+command-line entry points. Any part can be passed in pre-built, which is how tests use a fake LLM server and
+scripted adapters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+
+from rich.progress import Progress as RichProgress
+
+from adapters.base import Adapter
+from adapters.console import ConsoleAdapter
+from agent.compression.engine import ContextEngine, create_context_engine
+from agent.llm.base import Provider
+from agent.llm.models import build_provider, build_provider_from_spec, context_length_for, resolve_auxiliary
+from agent.memory import FileMemoryProvider, MemoryProvider
+from agent.tokens import get_counter
+from gateway.config import Settings
+from gateway.keys import SessionKey
+from gateway.locks import InProcessLocks, LockBackend, RedisLocks
+from gateway.router import Router
+from gateway.runtime import Runtime
+from gateway.scheduler import GatewayScheduler
+from gateway.session import SessionManager
+from gateway.store import Store
+from gateway.sweep import SweepReport, expire_idle, print_sweep_report, sweep
+
+__all__ = [
+    "Gateway",
+    "build_adapters",
+    "build_runtime",
+    "llm_setup_help",
+    "print_sweep_report",
+    "run_gateway",
+    "run_sweep",
+]
+
+log = logging.getLogger(__name__)
+
+EXIT_NOT_CONFIGURED = 2
+SHUTDOWN_GRACE_SECONDS = 30.0
+
+
+def llm_setup_help() -> str:
+    """What to set when no LLM is configured (printed by ``concord run`` instead of a traceback)."""
+    return "\n".join([
+        "concord: no LLM is configured, so there is nobody to answer.",
+        "",
+        "Set these (environment, .env or config.yaml under `llm:`):",
+        "  CONCORD_LLM__BASE_URL   the OpenAI-compatible endpoint, e.g. https://api.openai.com/v1",
+        "  CONCORD_LLM__MODEL      the model name, e.g. gpt-4o-mini",
+        "  CONCORD_LLM__API_KEY    the API key (not needed for most local servers)",
+        "  CONCORD_LLM__PROVIDER   openai (default, any OpenAI-compatible server) or anthropic",
+        "",
+        "A local OpenAI-compatible server works too, no key needed:",
+        "  llama.cpp:  llama-server -m model.gguf --port 8080",
+        "              CONCORD_LLM__BASE_URL=http://127.0.0.1:8080/v1 CONCORD_LLM__MODEL=local",
+        "  Ollama:     ollama serve; ollama pull qwen2.5",
+        "              CONCORD_LLM__BASE_URL=http://127.0.0.1:11434/v1 CONCORD_LLM__MODEL=qwen2.5",
+        "  vLLM:       vllm serve Qwen/Qwen2.5-7B-Instruct",
+        "              CONCORD_LLM__BASE_URL=http://127.0.0.1:8000/v1 CONCORD_LLM__MODEL=Qwen/Qwen2.5-7B-Instruct",
+        "Set CONCORD_LLM__CONTEXT_LENGTH when the model's window is not in Concord's table.",
+    ])
+
+
+def _secret(value: object) -> str | None:
+    getter = getattr(value, "get_secret_value", None)
+    return getter() if callable(getter) else None
+
+
+def _main_provider(settings: Settings) -> Provider:
+    llm = settings.llm
+    # A base URL of one's own is usually a local server (llama.cpp, Ollama, vLLM) that wants no key.
+    return build_provider(llm.provider, llm.base_url, _secret(llm.api_key), llm.model,
+                          timeout=llm.timeout_seconds, require_api_key=llm.base_url is None)
+
+
+def _engine_factory(settings: Settings, provider: Provider, summary: Provider) -> Callable[[], ContextEngine]:
+    llm, comp = settings.llm, settings.compression
+    spec = resolve_auxiliary(settings.llm, settings.auxiliary.compression)
+    window = context_length_for(llm.model, llm.context_length)
+    summary_window = context_length_for(spec.model, spec.context_length) if spec.model != llm.model else window
+    kwargs = dict(
+        context_length=window, threshold=comp.threshold, target_ratio=comp.target_ratio,
+        protect_first_n=comp.protect_first_n, protect_last_n=comp.protect_last_n, max_tokens=llm.max_tokens,
+        summary_provider=summary, main_provider=provider, summary_context_length=summary_window,
+        abort_on_summary_failure=comp.abort_on_summary_failure, encoding=llm.encoding, provider_name=llm.provider,
+        model=llm.model, autoraise=comp.autoraise,
+    )
+    return partial(create_context_engine, settings.context.engine, **kwargs)
+
+
+def _memory_factory(settings: Settings) -> Callable[[SessionKey, str | None], MemoryProvider]:
+    if not settings.memory.enabled:
+        return lambda key, user: MemoryProvider()
+    root = settings.memory.directory or settings.storage.data_dir / "memory"
+    bot = settings.gateway.bot_name
+    return lambda key, user: FileMemoryProvider(root, bot, f"{key.platform}-{user}" if user else None)
+
+
+async def _open_store(settings: Settings) -> Store:
+    if settings.storage.database_url is None:
+        settings.storage.data_dir.mkdir(parents=True, exist_ok=True)
+    return await Store.open(settings.storage.url)
+
+
+def _locks(settings: Settings) -> LockBackend:
+    url = _secret(settings.redis.url)
+    if url:
+        return RedisLocks.from_url(url, turn_ttl=settings.redis.lock_timeout_seconds,
+                                   compression_ttl=settings.redis.lock_timeout_seconds)
+    return InProcessLocks()
+
+
+async def build_runtime(settings: Settings, *, provider: Provider | None = None, store: Store | None = None,
+                        locks: LockBackend | None = None, summary_provider: Provider | None = None) -> Runtime:
+    """Construct the shared dependencies; the store is migrated when this function opens it."""
+    provider = provider or _main_provider(settings)
+    if summary_provider is None:
+        spec = resolve_auxiliary(settings.llm, settings.auxiliary.compression)
+        summary_provider = provider if spec.model == settings.llm.model else build_provider_from_spec(spec)
+    return Runtime(
+        settings=settings, store=store or await _open_store(settings), locks=locks or _locks(settings),
+        provider=provider, counter=get_counter(settings.llm.encoding),
+        new_engine=_engine_factory(settings, provider, summary_provider), new_memory=_memory_factory(settings),
+        model=settings.llm.model, engine_name=settings.context.engine,
+    )
+
+
+def build_adapters(settings: Settings) -> list[Adapter]:
+    """Every platform with a token configured; the console when there is none."""
+    adapters: list[Adapter] = []
+    discord_token = _secret(settings.discord.token)
+    if discord_token:
+        from adapters.discord_adapter import DiscordAdapter, DiscordSettings
+
+        d = settings.discord
+        adapters.append(DiscordAdapter(DiscordSettings(
+            token=discord_token, allow_bots=d.allow_bots, admin_role_ids=tuple(int(i) for i in d.admin_role_ids),
+            admin_role_names=tuple(d.admin_role_names))))
+    telegram_token = _secret(settings.telegram.token)
+    if telegram_token:
+        from adapters.telegram_adapter import TelegramAdapter, TelegramSettings
+
+        t = settings.telegram
+        adapters.append(TelegramAdapter(TelegramSettings(
+            token=telegram_token, api_base_url=t.api_base_url, mode=t.mode, webhook_url=t.webhook_url,
+            webhook_listen=t.webhook_listen, webhook_port=t.webhook_port,
+            webhook_secret=_secret(t.webhook_secret), check_chat_admins=t.check_chat_admins)))
+    if not adapters:
+        adapters.append(ConsoleAdapter(bot_name=settings.gateway.bot_name))
+    return adapters
+
+
+@dataclass
+class Gateway:
+    """Router + scheduler + adapters over one runtime, with an explicit start / aclose lifecycle."""
+
+    rt: Runtime
+    adapters: Sequence[Adapter]
+    sessions: SessionManager = field(init=False)
+    router: Router = field(init=False)
+    scheduler: GatewayScheduler = field(init=False)
+    _started: list[Adapter] = field(init=False, default_factory=list)
+    _closed: bool = field(init=False, default=False)
+
+    def __post_init__(self) -> None:
+        self.sessions = SessionManager(self.rt)
+        self.router = Router(self.sessions)
+        gw = self.rt.settings.gateway
+        self.scheduler = GatewayScheduler(
+            expire_idle=partial(expire_idle, self.sessions), sweep=partial(sweep, self.sessions),
+            idle_expiry_minutes=gw.idle_expiry_minutes, sweep_cron=gw.sweep_cron)
+
+    async def start(self) -> None:
+        """Start the scheduler and connect every adapter."""
+        self.scheduler.start()
+        for adapter in self.adapters:
+            await adapter.start(partial(self.router.handle, adapter=adapter))
+            self._started.append(adapter)
+            log.info("adapter %s started", adapter.name)
+
+    async def wait_closed(self) -> None:
+        """Return when the console's input has ended (platform adapters run until a signal)."""
+        consoles = [a for a in self.adapters if isinstance(a, ConsoleAdapter)]
+        if consoles:
+            await asyncio.gather(*(c.wait_closed() for c in consoles))
+        else:
+            await asyncio.Event().wait()
+
+    async def aclose(self, grace_seconds: float = SHUTDOWN_GRACE_SECONDS) -> None:
+        """Finish in-flight turns (up to ``grace_seconds``), then disconnect and release everything."""
+        if self._closed:
+            return
+        self._closed = True
+        await self.scheduler.aclose()
+        await self.router.aclose(grace_seconds)
+        for adapter in reversed(self._started):
+            with contextlib.suppress(Exception):
+                await adapter.stop()
+        await self.rt.provider.aclose()
+        await self.rt.locks.aclose()
+        await self.rt.store.aclose()
+
+
+async def run_gateway(settings: Settings) -> int:
+    """``concord run``: serve every configured adapter until SIGINT/SIGTERM (or the console's end of input)."""
+    if not settings.llm.configured:
+        print(llm_setup_help(), file=sys.stderr)
+        return EXIT_NOT_CONFIGURED
+    gateway = Gateway(await build_runtime(settings), build_adapters(settings))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        await gateway.start()
+        closed = asyncio.create_task(gateway.wait_closed())
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({closed, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        for task in (closed, stopping):
+            task.cancel()
+        if stop.is_set():
+            log.info("signal received: finishing in-flight turns")
+    finally:
+        await gateway.aclose()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(sig)
+    return 0
+
+
+async def run_sweep(settings: Settings, dry_run: bool = False, *, show_progress: bool = True) -> SweepReport:
+    """``concord sweep [--dry-run]``: one hygiene sweep with a progress bar; print the report with
+    `print_sweep_report`. Without an LLM configured only a dry run is possible."""
+    if not settings.llm.configured and not dry_run:
+        raise RuntimeError("no LLM configured: a sweep needs the summary model (use --dry-run to only list)")
+    rt = await build_runtime(settings, provider=None if settings.llm.configured else _NoProvider())
+    try:
+        sessions = SessionManager(rt)
+        if not show_progress:
+            return await sweep(sessions, dry_run=dry_run)
+        with RichProgress(transient=True) as bar:
+            task = bar.add_task("hygiene sweep", total=None)
+            return await sweep(sessions, dry_run=dry_run,
+                               progress=lambda done, total: bar.update(task, completed=done, total=total))
+    finally:
+        await rt.provider.aclose()
+        await rt.locks.aclose()
+        await rt.store.aclose()
+
+
+class _NoProvider(Provider):
+    """Stands in for the LLM in a dry-run sweep, which never calls it."""
+
+    name = "none"
+    model = ""
+
+    async def complete(self, *args: object, **kwargs: object) -> object:  # type: ignore[override]
+        raise RuntimeError("a dry-run sweep must not call the LLM")
+

@@ -1,0 +1,165 @@
+"""Compressing a stored session and persisting the result (R-S2…R-S4), for hygiene, /compress and the agent.
+
+`persist_compaction` is the one place a compressed list reaches the store: in place (``replace_active``
+with the watermark the list was computed from) or by rotation to a child session. Then the session is
+re-bound: fresh system prompt, and ``last_prompt_tokens = −1`` (waiting for real usage). The agent loop
+calls it through its ``switch_session`` hook and notifies the engine and memory itself; `compress_session`
+(hygiene, /compress, sweeps) does those notifications here, so both paths end the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from agent.compression.engine import CompressionResult
+from agent.events import (
+    EVENT_COMPRESS,
+    AgentEvent,
+    EventSink,
+    NoticeSink,
+    aborted_notice,
+    compacting_notice,
+    compressed_many_times_notice,
+    emit_event,
+    emit_notice,
+)
+from agent.turn import Compaction
+from gateway.engine_state import compaction_info, export_engine_state
+from gateway.hygiene import HygieneCheck, check_hygiene, session_tokens
+from gateway.session import LiveSession, SessionManager
+
+__all__ = ["HygieneOutcome", "compress_session", "hygiene_check", "persist_compaction", "run_hygiene"]
+
+log = logging.getLogger(__name__)
+
+SKIP_LOCKED = "compression lock held by another worker"
+SKIP_BLOCKED = "engine blocked (recent compressions were ineffective)"
+
+
+def _without_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return messages[1:] if messages and messages[0].get("role") == "system" else messages
+
+
+async def persist_compaction(sessions: SessionManager, live: LiveSession, result: CompressionResult,
+                             reason: str) -> str:
+    """Store ``result`` as the session's new active set; return the session id the chat continues under."""
+    rt = sessions.rt
+    messages = _without_system(list(result.messages))
+    counts = [rt.counter.count_message(m) for m in messages]
+    info = compaction_info(result, reason, rt.clock())
+    state = dataclasses.replace(export_engine_state(live.engine, info), last_prompt_tokens=-1)
+    if rt.settings.compression.in_place:
+        await rt.store.compactions.replace_active(live.id, messages, counts, live.watermark, reason=reason,
+                                                  engine_state=state)
+        await sessions.refresh_record(live)
+        await sessions.rebind(live, live.record)
+    else:
+        child = await rt.store.compactions.rotate(live.id, messages, counts, live.watermark, reason="compression",
+                                                  engine_state=state)
+        await sessions.rebind(live, child)
+    log.info("session %s compacted (%s): %d → %d messages, %d → %d tokens", live.id, reason,
+             result.messages_before, result.messages_after, result.tokens_before, result.tokens_after)
+    return live.id
+
+
+async def compress_session(
+    sessions: SessionManager,
+    live: LiveSession,
+    *,
+    reason: str,
+    focus: str | None = None,
+    force: bool = False,
+    notices: NoticeSink | None = None,
+    events: EventSink | None = None,
+) -> CompressionResult:
+    """Compress the stored session once, persist it, and notify engine, memory and listeners (R-S4).
+
+    The caller holds the session's compression lock.
+    """
+    engine, memory = live.engine, live.memory
+    framed = [{"role": "system", "content": live.system_prompt}, *live.messages]
+    tokens = sessions.rt.counter.count_request(live.messages, system=live.system_prompt)
+    try:
+        await memory.on_pre_compress(live.messages)
+    except Exception:  # rescuing facts is best effort; it must not block the compression
+        log.warning("memory on_pre_compress failed", exc_info=True)
+    if engine.has_content_to_compress(framed):
+        await emit_notice(notices, compacting_notice())
+    result = await engine.compress(framed, current_tokens=tokens, focus_topic=focus, force=force)
+    if result.aborted:
+        await emit_notice(notices, aborted_notice(result.reason))
+    if not result.compressed:
+        await _save_state(sessions, live)
+        return result
+    old_id = live.id
+    await persist_compaction(sessions, live, result, reason)
+    engine.on_session_start(live.id, result.messages)
+    if old_id != live.id:
+        try:
+            await memory.on_session_switch(old_id, live.id)
+        except Exception:
+            log.warning("memory on_session_switch failed", exc_info=True)
+    compaction = Compaction(reason, result, live.system_prompt, old_id, live.id)
+    await emit_event(events, AgentEvent(EVENT_COMPRESS, live.id, {"compaction": compaction, "result": result}))
+    if engine.compression_count >= 2:
+        await emit_notice(notices, compressed_many_times_notice(engine.compression_count))
+    return result
+
+
+async def _save_state(sessions: SessionManager, live: LiveSession) -> None:
+    state = export_engine_state(live.engine, live.last_compaction)
+    await sessions.rt.store.sessions.save_engine_state(live.id, state)
+    live.synced_state = state
+
+
+@dataclass(frozen=True, slots=True)
+class HygieneOutcome:
+    """What hygiene did for one session: the check, and the compression or why it was skipped."""
+
+    check: HygieneCheck
+    result: CompressionResult | None = None
+    skipped: str = ""
+
+    @property
+    def compressed(self) -> bool:
+        """Whether hygiene replaced the session's active set."""
+        return self.result is not None and self.result.compressed
+
+
+def hygiene_check(sessions: SessionManager, live: LiveSession) -> HygieneCheck:
+    """Measure the session and apply the R-G3 rules."""
+    gw = sessions.rt.settings.gateway
+    tokens, source = session_tokens(live.engine.last_prompt_tokens, live.messages, sessions.rt.counter,
+                                    system=live.system_prompt)
+    return check_hygiene(tokens=tokens, token_source=source, message_count=len(live.messages),
+                         context_length=live.engine.context_length, threshold=gw.hygiene_threshold,
+                         hard_message_limit=gw.hygiene_hard_message_limit)
+
+
+async def run_hygiene(
+    sessions: SessionManager,
+    live: LiveSession,
+    *,
+    notices: NoticeSink | None = None,
+    events: EventSink | None = None,
+    dry_run: bool = False,
+) -> HygieneOutcome:
+    """Compress ``live`` if R-G3 says so, unless the compression lock is held or the engine is blocked."""
+    check = hygiene_check(sessions, live)
+    if not check.needed:
+        return HygieneOutcome(check)
+    engine = live.engine
+    if not engine.should_compress(max(check.tokens, engine.threshold_tokens)):
+        log.info("hygiene skipped for %s: %s (%s)", live.id, SKIP_BLOCKED, check.reason)
+        return HygieneOutcome(check, skipped=SKIP_BLOCKED)
+    if dry_run:
+        return HygieneOutcome(check, skipped="dry run")
+    async with sessions.rt.locks.try_compression_lock(live.id) as acquired:
+        if not acquired:
+            log.info("hygiene skipped for %s: %s (%s)", live.id, SKIP_LOCKED, check.reason)
+            return HygieneOutcome(check, skipped=SKIP_LOCKED)
+        result = await compress_session(sessions, live, reason=check.reason, notices=notices, events=events)
+    return HygieneOutcome(check, result=result, skipped="" if result.compressed else result.reason)

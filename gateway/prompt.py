@@ -1,0 +1,39 @@
+"""The system prompt of a session: who the bot is, where it talks, the frozen memory snapshot.
+
+Rebuilt at session start and after every compaction (R-S4); stable in between so prompt caching holds.
+A session that was compacted before carries the compressor's one-time compaction note.
+"""
+
+from __future__ import annotations
+
+from agent.compression.assemble import add_compaction_note
+from agent.memory import MemoryProvider
+from gateway.keys import SessionKey
+
+__all__ = ["build_system_prompt", "speaker_tag"]
+
+_PLATFORM_NAMES = {"discord": "Discord", "telegram": "Telegram", "console": "a terminal"}
+
+
+def build_system_prompt(bot_name: str, key: SessionKey, memory: MemoryProvider, *, compacted: bool) -> str:
+    """The system prompt for ``key``'s session."""
+    where = _PLATFORM_NAMES.get(key.platform, key.platform)
+    parts = [f"You are {bot_name}, a helpful assistant chatting on {where}. Answer concisely; use Markdown "
+             "only where the platform renders it."]
+    if key.is_group:
+        parts.append("This is a group conversation. Each user message starts with the speaker's name in square "
+                     "brackets; earlier channel messages you were not asked about may be quoted as context.")
+    memory_block = memory.system_prompt_block()
+    if memory_block:
+        parts.append(memory_block)
+    prompt = "\n\n".join(parts)
+    if compacted:
+        noted = add_compaction_note({"role": "system", "content": prompt})
+        prompt = str(noted["content"])
+    return prompt
+
+
+def speaker_tag(name: str, text: str) -> str:
+    """A group message as the model sees it: ``[Name] text``."""
+    clean = " ".join(name.split()) or "someone"
+    return f"[{clean}] {text}"

@@ -1,0 +1,46 @@
+"""What every gateway stage shares: settings, store, locks, provider and the per-session factories.
+
+Built once by `gateway.app` (the composition root); tests build one around the fake LLM server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from agent.compression.engine import ContextEngine
+from agent.llm.base import Provider
+from agent.memory import MemoryProvider
+from agent.tokens import TokenCounter
+from gateway.config import Settings
+from gateway.keys import SessionKey
+from gateway.locks import LockBackend
+from gateway.store import Store
+
+__all__ = ["EngineFactory", "MemoryFactory", "Runtime", "utc_now"]
+
+EngineFactory = Callable[[], ContextEngine]
+# (session key, the speaker's user id or None for a shared group session) -> memory for that conversation
+MemoryFactory = Callable[[SessionKey, str | None], MemoryProvider]
+
+
+def utc_now() -> datetime:
+    """The wall clock, timezone-aware."""
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """The gateway's dependencies, constructed in one place."""
+
+    settings: Settings
+    store: Store
+    locks: LockBackend
+    provider: Provider
+    counter: TokenCounter
+    new_engine: EngineFactory
+    new_memory: MemoryFactory = field(default=lambda key, user: MemoryProvider())
+    clock: Callable[[], datetime] = utc_now
+    model: str = ""
+    engine_name: str = "compressor"

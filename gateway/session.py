@@ -1,0 +1,185 @@
+"""Live sessions: a stored session plus the objects that work on it (engine, memory, agent loop).
+
+The store is the truth: every turn reloads the session row and its active messages, so several workers can
+share sessions. The engine and agent loop are kept in a bounded LRU because they carry what the store does
+not (the loop's noted system prompt and real-usage anchor); an entry is rebuilt from the store when it was
+evicted, when the chat moved to another session, or when another worker changed the engine state.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.compression.engine import ContextEngine
+from agent.loop import AgentLoop
+from agent.memory import MemoryProvider
+from agent.tools.registry import ToolRegistry
+from gateway.continuity import END_IDLE, continuity_note, previous_idle_session
+from gateway.engine_state import restore_engine_state
+from gateway.keys import SessionKey
+from gateway.prompt import build_system_prompt
+from gateway.runtime import Runtime
+from gateway.store import CompactionInfo, EngineState, SessionRecord
+
+__all__ = ["END_IDLE", "END_NEW", "LiveSession", "SessionManager"]
+
+log = logging.getLogger(__name__)
+
+END_NEW = "new"
+
+
+@dataclass
+class LiveSession:
+    """One conversation during a turn: its row, active messages (as stored) and working objects."""
+
+    key: SessionKey
+    record: SessionRecord
+    engine: ContextEngine
+    memory: MemoryProvider
+    loop: AgentLoop
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    watermark: int = 0
+    # The engine state as last read from or written to the store; a different stored one means another
+    # worker moved the session on, and the engine must be reloaded.
+    synced_state: EngineState | None = None
+    pending_note: str | None = None
+
+    @property
+    def id(self) -> str:
+        """The store's session id."""
+        return self.record.id
+
+    @property
+    def system_prompt(self) -> str:
+        """The prompt the agent currently runs with."""
+        return self.loop.system_prompt
+
+    @property
+    def last_compaction(self) -> CompactionInfo | None:
+        """When, why and how much the last compaction saved (from the store)."""
+        return self.record.engine.last_compaction
+
+
+class SessionManager:
+    """Opens, refreshes, restarts and ends live sessions; keeps at most ``capacity`` of them warm."""
+
+    def __init__(self, rt: Runtime, capacity: int = 1024) -> None:
+        self.rt = rt
+        self.capacity = capacity
+        self._live: OrderedDict[SessionKey, LiveSession] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    async def open(self, key: SessionKey, user_id: str | None) -> LiveSession:
+        """The chat's open session, fresh from the store (created, with a continuity note, if none is open)."""
+        store = self.rt.store
+        record = await store.sessions.get_active(key.platform, key.chat_key)
+        note = None
+        if record is None:
+            previous = await previous_idle_session(store, key)
+            record = await store.sessions.get_or_create_active(key.platform, key.chat_key)
+            note = continuity_note(previous) if previous is not None else None
+        live = await self.attach(record, user_id)
+        if note:
+            live.pending_note = note
+        return live
+
+    async def attach(self, record: SessionRecord, user_id: str | None, *, remember: bool = True) -> LiveSession:
+        """A live session for ``record``: the warm one refreshed from the store, or a new one.
+
+        ``remember=False`` (sweeps) leaves the warm cache alone: a session opened without its user must not
+        replace the one a conversation built with the user's memory.
+        """
+        key = SessionKey(record.platform, record.chat_key)
+        active = await self.rt.store.messages.load_active(record.id)
+        live = self._live.get(key)
+        if live is None or live.id != record.id:
+            live = await self._build(key, record, user_id, active.messages)
+        else:
+            live.record = record
+            if record.engine != live.synced_state:
+                # Another worker (or a sweep) moved the session on: take its engine state and prompt.
+                restore_engine_state(live.engine, record.engine)
+                live.synced_state = record.engine
+                live.loop.system_prompt = self.system_prompt(key, live.memory,
+                                                             compacted=record.engine.compression_count > 0)
+        live.messages, live.watermark = active.messages, active.watermark
+        if remember:
+            self._remember(key, live)
+        return live
+
+    async def reload(self, live: LiveSession) -> None:
+        """Re-read the active messages and their watermark."""
+        active = await self.rt.store.messages.load_active(live.id)
+        live.messages, live.watermark = active.messages, active.watermark
+
+    async def refresh_record(self, live: LiveSession) -> None:
+        """Re-read the session row (counters, last compaction) after a write."""
+        live.record = await self.rt.store.sessions.require(live.id)
+        live.synced_state = live.record.engine
+
+    async def rebind(self, live: LiveSession, record: SessionRecord) -> None:
+        """The conversation continues under ``record`` (rotation): same engine, new id, fresh prompt."""
+        live.record = record
+        live.synced_state = record.engine
+        live.loop.session_id = record.id
+        await live.memory.start_session(record.id)
+        live.loop.system_prompt = self.system_prompt(live.key, live.memory, compacted=True)
+        await self.reload(live)
+
+    def system_prompt(self, key: SessionKey, memory: MemoryProvider, *, compacted: bool) -> str:
+        """The session's system prompt as configured."""
+        return build_system_prompt(self.rt.settings.gateway.bot_name, key, memory, compacted=compacted)
+
+    async def start_new(self, live: LiveSession, user_id: str | None, reason: str = END_NEW) -> LiveSession:
+        """End ``live`` (history kept) and open a fresh session for the same chat (``/new``)."""
+        old_id = live.id
+        await self.rt.store.sessions.end(old_id, reason)
+        live.engine.on_session_end(old_id)
+        self._live.pop(live.key, None)
+        fresh = await self.open(live.key, user_id)
+        fresh.engine.on_session_reset()
+        try:
+            await fresh.memory.on_session_switch(old_id, fresh.id)
+        except Exception:  # memory is best effort; a failing hook must not block /new
+            log.warning("memory on_session_switch failed", exc_info=True)
+        return fresh
+
+    async def end(self, session_id: str, key: SessionKey, reason: str) -> None:
+        """End a session from outside a turn (idle expiry); its warm objects are dropped."""
+        await self.rt.store.sessions.end(session_id, reason)
+        live = self._live.pop(key, None)
+        if live is not None and live.id == session_id:
+            live.engine.on_session_end(session_id)
+
+    async def _build(self, key: SessionKey, record: SessionRecord, user_id: str | None,
+                     messages: list[dict[str, Any]]) -> LiveSession:
+        rt = self.rt
+        engine = rt.new_engine()
+        restore_engine_state(engine, record.engine)
+        memory = rt.new_memory(key, None if key.is_group and not _per_user(key) else user_id)
+        await memory.start_session(record.id)
+        tools = ToolRegistry(memory.tools())
+        tools.add_engine_tools(engine)
+        prompt = self.system_prompt(key, memory, compacted=record.engine.compression_count > 0)
+        loop = AgentLoop(
+            provider=rt.provider, engine=engine, system_prompt=prompt, session_id=record.id, tools=tools,
+            memory=memory, max_tokens=rt.settings.llm.max_tokens, model=rt.model or None, counter=rt.counter,
+        )
+        live = LiveSession(key, record, engine, memory, loop, synced_state=record.engine)
+        engine.on_session_start(record.id, [{"role": "system", "content": prompt}, *messages])
+        return live
+
+    def _remember(self, key: SessionKey, live: LiveSession) -> None:
+        self._live[key] = live
+        self._live.move_to_end(key)
+        while len(self._live) > self.capacity:
+            self._live.popitem(last=False)
+
+
+def _per_user(key: SessionKey) -> bool:
+    return ":user:" in key.chat_key

@@ -1,0 +1,71 @@
+"""One agent turn on a live session, and persisting what it produced.
+
+The loop never touches the store. Compactions inside the turn are persisted as they happen (through the
+loop's ``switch_session`` hook, so a rotation gives the rest of the turn its new session id); at the end the
+messages the store does not have yet are appended. If the turn rewrote history some other way (images
+re-encoded after an "image too large" error), the active set is replaced as a whole.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+from agent.events import EventSink, NoticeSink
+from agent.turn import Compaction, TurnResult
+from gateway.compaction import persist_compaction
+from gateway.engine_state import export_engine_state
+from gateway.session import LiveSession, SessionManager
+
+__all__ = ["agent_turn", "persist_turn"]
+
+log = logging.getLogger(__name__)
+
+REWRITE_REASON = "history rewritten by the agent"
+
+
+async def agent_turn(
+    sessions: SessionManager,
+    live: LiveSession,
+    message: str | dict[str, Any],
+    *,
+    notices: NoticeSink | None = None,
+    events: EventSink | None = None,
+) -> TurnResult:
+    """Run the agent on ``message`` and persist the outcome; the caller holds the session's turn lock."""
+    loop = live.loop
+
+    async def switch(compaction: Compaction) -> str:
+        return await persist_compaction(sessions, live, compaction.result, f"agent: {compaction.trigger}")
+
+    loop.notices, loop.events, loop.switch_session = notices, events, switch
+    try:
+        result = await loop.run_turn(live.messages, message)
+    finally:
+        loop.notices = loop.events = loop.switch_session = None
+    await persist_turn(sessions, live, result)
+    return result
+
+
+async def persist_turn(sessions: SessionManager, live: LiveSession, result: TurnResult) -> None:
+    """Bring the store up to ``result.messages`` and save the engine state."""
+    rt = sessions.rt
+    stored = live.messages
+    if result.messages[: len(stored)] == stored:
+        new = result.messages[len(stored):]
+        if new:
+            live.watermark = await rt.store.messages.append(
+                live.id, new, [rt.counter.count_message(m) for m in new])
+            live.messages = stored + new
+    else:
+        log.info("session %s: the turn rewrote history; replacing the active set", live.id)
+        counts = [rt.counter.count_message(m) for m in result.messages]
+        await rt.store.compactions.replace_active(live.id, result.messages, counts, live.watermark,
+                                                  reason=REWRITE_REASON)
+        await sessions.reload(live)
+        await sessions.refresh_record(live)
+    state = export_engine_state(live.engine, live.last_compaction)
+    await rt.store.sessions.save_engine_state(live.id, state)
+    live.record = dataclasses.replace(live.record, engine=state)
+    live.synced_state = state
