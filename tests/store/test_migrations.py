@@ -52,3 +52,16 @@ async def test_models_match_the_migrated_schema(store: Store) -> None:
 
     async with store.engine.connect() as conn:
         assert await conn.run_sync(compare) == []
+
+
+async def test_open_migrates_a_new_sqlite_file_and_close_is_idempotent(tmp_path: Any) -> None:
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'fresh.db'}")
+    assert store.dialect == "sqlite"
+    assert await current_revision(store.engine) == HEAD
+    async with store.engine.connect() as conn:
+        journal = (await conn.exec_driver_sql("PRAGMA journal_mode")).scalar()
+        busy = (await conn.exec_driver_sql("PRAGMA busy_timeout")).scalar()
+        foreign = (await conn.exec_driver_sql("PRAGMA foreign_keys")).scalar()
+    assert (journal, busy, foreign) == ("wal", 15_000, 1)
+    await store.aclose()
+    await store.aclose()
