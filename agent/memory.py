@@ -23,7 +23,14 @@ from agent.tokens import message_text
 from agent.tools.memory_tool import memory_tool
 from agent.tools.registry import Tool
 
-__all__ = ["DEFAULT_MAX_FILE_CHARS", "FileMemoryProvider", "MemoryFull", "MemoryProvider", "Target"]
+__all__ = [
+    "DEFAULT_MAX_FILE_CHARS",
+    "FileMemoryProvider",
+    "MemoryFull",
+    "MemoryProvider",
+    "Target",
+    "system_prompt_with_memory",
+]
 
 Target = Literal["user", "bot"]
 DEFAULT_MAX_FILE_CHARS = 20_000
@@ -55,6 +62,12 @@ class MemoryProvider:
     def tools(self) -> list[Tool]:
         """Tools this memory offers the model."""
         return []
+
+
+def system_prompt_with_memory(base: str, memory: MemoryProvider | None) -> str:
+    """A session's system prompt: ``base`` plus the memory snapshot frozen by ``memory.start_session``."""
+    block = memory.system_prompt_block() if memory is not None else ""
+    return f"{base}\n\n{block}" if block else base
 
 
 def _safe_id(raw: str) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.memory import FileMemoryProvider, MemoryFull, MemoryProvider
+from agent.memory import FileMemoryProvider, MemoryFull, MemoryProvider, system_prompt_with_memory
 from agent.tools.registry import ToolRegistry
 
 
@@ -112,3 +112,13 @@ async def test_base_provider_is_a_no_memory_provider() -> None:
     await base.on_pre_compress([{"role": "user", "content": "remember that x is 1"}])
     await base.on_session_switch("a", "b")
     assert base.system_prompt_block() == "" and base.tools() == []
+
+
+async def test_system_prompt_with_memory(tmp_path: Path) -> None:
+    provider = FileMemoryProvider(tmp_path, "bot", "u")
+    assert system_prompt_with_memory("Base.", None) == "Base."
+    await provider.start_session("s")
+    assert system_prompt_with_memory("Base.", provider) == "Base."
+    await provider.append("bot", "uses UTC")
+    await provider.start_session("s")
+    assert system_prompt_with_memory("Base.", provider) == "Base.\n\n## What you remember (MEMORY.md)\n- uses UTC"
