@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agent.compression.engine import CompressionResult, ContextEngine
@@ -308,10 +308,12 @@ class AgentLoop:
         self._skip_noticed = False
         old_id = self.session_id
         compaction = Compaction(trigger, result, self.system_prompt, old_id, old_id)
+        # Recorded before any await, so a cancelled turn still reports the list it replaced.
+        turn.compactions.append(compaction)
         if self.switch_session is not None:
             self.session_id = await self.switch_session(compaction)
-            compaction = Compaction(trigger, result, self.system_prompt, old_id, self.session_id)
-        turn.compactions.append(compaction)
+            compaction = replace(compaction, session_id=self.session_id)
+            turn.compactions[-1] = compaction
         self.engine.on_session_start(self.session_id, result.messages)
         if self.memory is not None:
             try:

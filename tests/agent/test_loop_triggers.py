@@ -3,6 +3,7 @@ post-response (prompt tokens only, the -1 sentinel, missing usage), notices and 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -270,3 +271,24 @@ async def test_failing_memory_and_sinks_do_not_break_the_turn(fake_llm: FakeLLMS
                      memory=Broken(), notices=bad_sink, events=bad_sink)
     result = await loop.run_turn(history(40), "q")
     assert result.stop_reason is StopReason.FINAL and result.compacted
+
+
+async def test_cancel_while_the_gateway_persists_a_compaction(fake_llm: FakeLLMServer) -> None:
+    entered = asyncio.Event()
+
+    async def slow_rotate(compaction: Compaction) -> str:
+        entered.set()
+        await asyncio.sleep(60)
+        return "never"
+
+    engine = _engine()
+    loop = _loop(fake_llm, engine, switch_session=slow_rotate)
+    task = asyncio.create_task(loop.run_turn(history(40), "q"))
+    await asyncio.wait_for(entered.wait(), 5)
+    task.cancel()
+    result = await task
+    assert result.stop_reason is StopReason.CANCELLED
+    # The list was already replaced, and the result says so, so the gateway stores the compacted list.
+    assert result.compacted and result.compactions[0].session_id == "s1"
+    assert len(result.messages) == len(result.compactions[0].result.messages) - 1
+    assert fake_llm.requests == []
