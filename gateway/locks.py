@@ -27,7 +27,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import LockNotOwnedError, RedisError
 from redis.retry import Retry
 
-__all__ = ["InProcessLocks", "LockBackend", "RedisLocks"]
+__all__ = ["InProcessLocks", "LockBackend", "RedisLocks", "fail_fast_client"]
 
 log = logging.getLogger(__name__)
 
@@ -112,9 +112,10 @@ class RedisLocks(LockBackend):
         self._closed = False
 
     @classmethod
-    def from_url(cls, url: str, **kwargs: float | str) -> RedisLocks:
+    def from_url(cls, url: str, *, prefix: str = "concord:lock:", turn_ttl: float = 30.0,
+                 compression_ttl: float = 60.0) -> RedisLocks:
         """Locks over a fail-fast client for ``url`` (``redis://host:port/db``)."""
-        return cls(fail_fast_client(url), **kwargs)  # type: ignore[arg-type]
+        return cls(fail_fast_client(url), prefix=prefix, turn_ttl=turn_ttl, compression_ttl=compression_ttl)
 
     def _lock(self, kind: str, session_id: str, ttl: float, blocking: bool) -> Lock:
         return self._client.lock(f"{self._prefix}{kind}:{session_id}", timeout=ttl, sleep=self._poll,

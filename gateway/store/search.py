@@ -74,19 +74,23 @@ class MessageSearch:
                                                                 MessageRow.id.desc())
 
     def _substrings(self, terms: Sequence[str]) -> Select[Any]:
-        long_terms = [t for t in terms if len(t) >= 3]
-        short_terms = [t for t in terms if len(t) < 3]
         query = self._base()
-        if self._dialect == "sqlite" and long_terms:
-            match = " AND ".join(_fts5_string(t) for t in long_terms)
-            ids = text("SELECT rowid FROM messages_trigram WHERE messages_trigram MATCH :tq").bindparams(tq=match)
-            query = query.where(MessageRow.id.in_(ids.columns(literal_column("rowid"))))
+        like_terms = list(terms)
+        if self._dialect == "sqlite":
+            # The trigram table narrows by the 3+ character terms; LIKE checks the short ones on those rows.
+            long_terms = [t for t in terms if len(t) >= 3]
+            if long_terms:
+                match = " AND ".join(_fts5_string(t) for t in long_terms)
+                ids = text("SELECT rowid FROM messages_trigram WHERE messages_trigram MATCH :tq").bindparams(
+                    tq=match).columns(literal_column("rowid"))
+                query = query.where(MessageRow.id.in_(ids))
+                like_terms = [t for t in terms if len(t) < 3]
+            like = MessageRow.search_text.like
         else:
-            short_terms = list(terms)
-        # On PostgreSQL pg_trgm's GIN index serves ILIKE for 3+ characters; shorter terms scan.
-        like = MessageRow.search_text.ilike if self._dialect == "postgresql" else MessageRow.search_text.like
-        if short_terms:
-            query = query.where(and_(*(like(_like_pattern(t), escape="\\") for t in short_terms)))
+            # pg_trgm's GIN index serves ILIKE for terms of 3+ characters; shorter ones scan.
+            like = MessageRow.search_text.ilike
+        if like_terms:
+            query = query.where(and_(*(like(_like_pattern(t), escape="\\") for t in like_terms)))
         return query.order_by(MessageRow.id.desc())
 
     @staticmethod
