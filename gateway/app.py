@@ -16,6 +16,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import partial
 
 from rich.progress import Progress as RichProgress
@@ -31,7 +32,7 @@ from gateway.config import Settings
 from gateway.keys import SessionKey
 from gateway.locks import InProcessLocks, LockBackend, RedisLocks
 from gateway.router import Router
-from gateway.runtime import Runtime
+from gateway.runtime import Runtime, utc_now
 from gateway.scheduler import GatewayScheduler
 from gateway.session import SessionManager
 from gateway.store import Store
@@ -125,7 +126,8 @@ def _locks(settings: Settings) -> LockBackend:
 
 
 async def build_runtime(settings: Settings, *, provider: Provider | None = None, store: Store | None = None,
-                        locks: LockBackend | None = None, summary_provider: Provider | None = None) -> Runtime:
+                        locks: LockBackend | None = None, summary_provider: Provider | None = None,
+                        clock: Callable[[], datetime] = utc_now) -> Runtime:
     """Construct the shared dependencies; the store is migrated when this function opens it."""
     provider = provider or _main_provider(settings)
     if summary_provider is None:
@@ -135,7 +137,7 @@ async def build_runtime(settings: Settings, *, provider: Provider | None = None,
         settings=settings, store=store or await _open_store(settings), locks=locks or _locks(settings),
         provider=provider, counter=get_counter(settings.llm.encoding),
         new_engine=_engine_factory(settings, provider, summary_provider), new_memory=_memory_factory(settings),
-        model=settings.llm.model, engine_name=settings.context.engine,
+        model=settings.llm.model, engine_name=settings.context.engine, clock=clock,
     )
 
 

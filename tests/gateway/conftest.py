@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -94,10 +95,12 @@ async def gateway_factory(fake_llm: FakeLLMServer, tmp_path: Path) -> AsyncItera
     """Build and start a gateway with one scripted adapter; everything is closed after the test."""
     built: list[Gateway] = []
 
-    async def make(**sections: dict[str, Any]) -> tuple[Gateway, ScriptedAdapter]:
+    async def make(clock: Callable[[], datetime] | None = None,
+                   **sections: dict[str, Any]) -> tuple[Gateway, ScriptedAdapter]:
         settings = make_settings(fake_llm, tmp_path, **sections)
         adapter = ScriptedAdapter()
-        gateway = Gateway(await build_runtime(settings), [adapter])
+        runtime = await build_runtime(settings, clock=clock) if clock else await build_runtime(settings)
+        gateway = Gateway(runtime, [adapter])
         await gateway.start()
         built.append(gateway)
         return gateway, adapter
@@ -121,3 +124,24 @@ def answer_by_kind(server: FakeLLMServer, answer: str = "answer") -> list[str]:
 
     server.responder = respond
     return kinds
+
+
+async def bulk_session(gateway: Gateway, chat_key: str, messages: list[dict[str, Any]], *,
+                       last_prompt_tokens: int = 0) -> str:
+    """Load ``messages`` straight into the store as an open session; return its id."""
+    store, counter = gateway.rt.store, gateway.rt.counter
+    record = await store.sessions.get_or_create_active("discord", chat_key)
+    await store.messages.append(record.id, messages, [counter.count_message(m) for m in messages])
+    if last_prompt_tokens:
+        from gateway.store import EngineState
+
+        await store.sessions.save_engine_state(record.id, EngineState(last_prompt_tokens=last_prompt_tokens))
+    return record.id
+
+
+def chatter(count: int, words: int = 8) -> list[dict[str, Any]]:
+    """``count`` alternating user/assistant messages of about ``words`` words each."""
+    vocabulary = "alpha beta gamma delta kernel cache build deploy schema index query shard".split()
+    return [{"role": "user" if i % 2 == 0 else "assistant",
+             "content": f"m{i} " + " ".join(vocabulary[(i + j) % len(vocabulary)] for j in range(words))}
+            for i in range(count)]
