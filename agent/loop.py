@@ -144,8 +144,9 @@ class AgentLoop:
         except asyncio.CancelledError:
             # The turn's owner asked it to stop; hand back a list that is valid to send again.
             reason = StopReason.CANCELLED
+            known = {id(m) for m in turn.messages}
             closed = close_open_tool_calls(turn.messages)
-            turn.appended.extend(closed[len(turn.messages):])
+            turn.appended.extend(m for m in closed if id(m) not in known)
             turn.messages = closed
         return TurnResult(
             messages=turn.messages, appended=turn.appended, system_prompt=self.system_prompt,

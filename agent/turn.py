@@ -108,8 +108,9 @@ def user_message(message: str | Mapping[str, Any]) -> dict[str, Any]:
     return dict(message)
 
 
-def close_open_tool_calls(messages: Sequence[Mapping[str, Any]], text: str = CANCELLED_TOOL_TEXT) -> list[dict[str, Any]]:
-    """A copy of ``messages`` where every tool call without a result gets a stub result after its group.
+def close_open_tool_calls(messages: Sequence[dict[str, Any]], text: str = CANCELLED_TOOL_TEXT) -> list[dict[str, Any]]:
+    """A new list of ``messages`` (the same dicts) where every tool call without a result gets a stub
+    result after its group.
 
     Providers reject an assistant tool call without a matching result; a cancelled turn must not leave one.
     """
@@ -119,7 +120,7 @@ def close_open_tool_calls(messages: Sequence[Mapping[str, Any]], text: str = CAN
         if pending and message.get("role") != "tool":
             out.extend({"role": "tool", "tool_call_id": call_id, "content": text} for call_id in pending)
             pending = []
-        out.append(dict(message))
+        out.append(message)
         if message.get("role") == "assistant":
             pending = [str(call.get("id")) for call in message.get("tool_calls") or ()]
         elif message.get("role") == "tool" and message.get("tool_call_id") in pending:
