@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gateway.config import ConfigError, Settings, load_settings, masked_dump
+from gateway.cli_store import add_store_commands
+from gateway.config import ConfigError, load_settings, masked_dump
 
 __all__ = ["main", "read_jsonl_messages"]
 
@@ -48,14 +49,6 @@ def read_jsonl_messages(path: Path) -> list[dict[str, Any]]:
                                       f"(allowed: {', '.join(sorted(_ROLES))})")
             messages.append(message)
     return messages
-
-
-def _settings_or_exit() -> Settings:
-    try:
-        return load_settings()
-    except ConfigError as exc:
-        print(f"concord: {exc}", file=sys.stderr)
-        raise SystemExit(EXIT_USAGE) from None
 
 
 def _cmd_config_check(args: argparse.Namespace) -> int:
@@ -107,13 +100,19 @@ def build_parser() -> argparse.ArgumentParser:
     tokens.add_argument("--encoding", default="o200k_base", choices=["o200k_base", "cl100k_base"])
     tokens.add_argument("--json", action="store_true", help="print one JSON object")
     tokens.set_defaults(func=_cmd_tokens)
+
+    add_store_commands(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``concord`` console script."""
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as exc:
+        print(f"concord: {exc}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event
@@ -42,6 +43,9 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
     """An async engine for ``url`` (``sqlite+aiosqlite://…`` or ``postgresql+asyncpg://…``)."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:" and not parsed.database.startswith("file:"):
+            # A fresh checkout has no data dir yet; SQLite would fail with "unable to open database file".
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
         engine = create_async_engine(parsed, **kwargs)
         _install_sqlite_hooks(engine)
         return engine

@@ -1,0 +1,140 @@
+"""``concord db`` and ``concord sessions``: migrations, listing, inspection, export, search, restore."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from gateway.config import Settings, load_settings
+from gateway.store import CompactionNotFound, SessionNotFound, Store, upgrade_database
+
+__all__ = ["add_store_commands"]
+
+
+
+def _console() -> Console:
+    # Piped output (scripts, grep) gets full-width rows instead of rich's 80-column truncation.
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 240)
+
+
+def _time(value: Any) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value else "-"
+
+
+def _with_store(body: Callable[[Store, argparse.Namespace], Awaitable[int]]) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        settings: Settings = load_settings()
+
+        async def go() -> int:
+            store = await Store.open(settings.storage.url)
+            try:
+                return await body(store, args)
+            except (SessionNotFound, CompactionNotFound) as exc:
+                print(f"concord: not found: {exc}", file=sys.stderr)
+                return 1
+            finally:
+                await store.aclose()
+
+        return asyncio.run(go())
+
+    return run
+
+
+def _db_upgrade(args: argparse.Namespace) -> int:
+    url = load_settings().storage.url
+    asyncio.run(upgrade_database(url))
+    print("database is at the latest schema")
+    return 0
+
+
+async def _list(store: Store, args: argparse.Namespace) -> int:
+    sessions = await store.sessions.list(active_only=args.active, platform=args.platform, limit=args.limit)
+    table = Table("id", "platform", "chat", "title", "messages", "tokens", "compactions", "last active", "ended")
+    for s in sessions:
+        table.add_row(s.id, s.platform, s.chat_key, s.title or "", str(s.message_count), f"{s.token_count:,}",
+                      str(s.engine.compression_count), _time(s.last_active_at), s.end_reason or "")
+    _console().print(table)
+    return 0
+
+
+async def _show(store: Store, args: argparse.Namespace) -> int:
+    s = await store.sessions.require(args.id)
+    for key, value in [("id", s.id), ("platform", s.platform), ("chat", s.chat_key), ("title", s.title),
+                       ("goal", s.goal), ("parent", s.parent_session_id), ("started", _time(s.started_at)),
+                       ("last active", _time(s.last_active_at)), ("ended", _time(s.ended_at)),
+                       ("end reason", s.end_reason), ("active messages", s.message_count),
+                       ("active tokens", s.token_count), ("compressions", s.engine.compression_count),
+                       ("last prompt tokens", s.engine.last_prompt_tokens)]:
+        _console().print(f"{key:>18}: {value if value is not None else '-'}")
+    history = await store.compactions.history(s.id)
+    if history:
+        table = Table("#", "at", "reason", "messages", "tokens", "carried")
+        for c in history:
+            table.add_row(str(c.number), _time(c.at), c.reason, f"{c.messages_before} → {c.messages_after}",
+                          f"{c.tokens_before:,} → {c.tokens_after:,}", str(c.carried))
+        _console().print(table)
+    return 0
+
+
+async def _export(store: Store, args: argparse.Namespace) -> int:
+    await store.sessions.require(args.id)
+    for record in await store.messages.export(args.id, include_archived=args.include_archived):
+        sys.stdout.write(json.dumps(record.message, ensure_ascii=False) + "\n")
+    return 0
+
+
+async def _search(store: Store, args: argparse.Namespace) -> int:
+    hits = await store.search(args.text, session_id=args.session, limit=args.limit)
+    if not hits:
+        print("no matches")
+        return 0
+    table = Table("session", "seq", "time", "role", "archived", "snippet")
+    for h in hits:
+        table.add_row(h.session_id, str(h.seq), _time(h.created_at), h.role, "yes" if h.archived else "",
+                      h.snippet)
+    _console().print(table)
+    return 0
+
+
+async def _restore(store: Store, args: argparse.Namespace) -> int:
+    number = await store.compactions.restore(args.id, args.before_compaction)
+    print(f"restored the active set from before compaction {args.before_compaction} (recorded as #{number})")
+    return 0
+
+
+def add_store_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Register ``db`` and ``sessions`` subcommands on the top-level parser."""
+    db = sub.add_parser("db", help="database schema")
+    db_sub = db.add_subparsers(dest="db_command", required=True)
+    db_sub.add_parser("upgrade", help="apply Alembic migrations").set_defaults(func=_db_upgrade)
+
+    sessions = sub.add_parser("sessions", help="inspect stored sessions")
+    s_sub = sessions.add_subparsers(dest="sessions_command", required=True)
+    p = s_sub.add_parser("list", help="list sessions")
+    p.add_argument("--active", action="store_true", help="only sessions that have not ended")
+    p.add_argument("--platform")
+    p.add_argument("--limit", type=int, default=50)
+    p.set_defaults(func=_with_store(_list))
+    p = s_sub.add_parser("show", help="one session and its compaction history")
+    p.add_argument("id")
+    p.set_defaults(func=_with_store(_show))
+    p = s_sub.add_parser("export", help="print a session as OpenAI JSONL")
+    p.add_argument("id")
+    p.add_argument("--include-archived", action="store_true", help="also the turns compaction replaced")
+    p.set_defaults(func=_with_store(_export))
+    p = s_sub.add_parser("search", help="full-text search over all messages, archived ones included")
+    p.add_argument("text")
+    p.add_argument("--session")
+    p.add_argument("--limit", type=int, default=20)
+    p.set_defaults(func=_with_store(_search))
+    p = s_sub.add_parser("restore", help="bring back the active set from before a compaction")
+    p.add_argument("id")
+    p.add_argument("--before-compaction", type=int, required=True, metavar="N")
+    p.set_defaults(func=_with_store(_restore))
