@@ -95,8 +95,14 @@ class SessionManager:
         replace the one a conversation built with the user's memory.
         """
         key = SessionKey(record.platform, record.chat_key)
-        active = await self.rt.store.messages.load_active(record.id)
         live = self._live.get(key)
+        if live is not None and live.id == record.id and _unchanged(live, record):
+            # Nobody else wrote to the session since our last turn: the cached active set is current.
+            live.record = record
+            if remember:
+                self._remember(key, live)
+            return live
+        active = await self.rt.store.messages.load_active(record.id)
         if live is None or live.id != record.id:
             live = await self._build(key, record, user_id, active.messages)
         else:
@@ -179,6 +185,12 @@ class SessionManager:
         self._live.move_to_end(key)
         while len(self._live) > self.capacity:
             self._live.popitem(last=False)
+
+
+def _unchanged(live: LiveSession, record: SessionRecord) -> bool:
+    """Whether ``record`` (just read) describes exactly the state ``live`` already holds."""
+    return (record.message_count == len(live.messages) and record.compactions == live.record.compactions
+            and record.engine == live.synced_state and live.watermark > 0)
 
 
 def _per_user(key: SessionKey) -> bool:
