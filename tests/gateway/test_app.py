@@ -104,3 +104,9 @@ async def test_aclose_waits_for_in_flight_turns(gateway_factory: GatewayFactory,
     await gateway.aclose(grace_seconds=10)
     await turn
     assert adapter.texts() == ["done"]
+
+
+def test_every_platform_with_a_token_gets_an_adapter_and_no_console(tmp_path: Path) -> None:
+    settings = load_settings(storage={"data_dir": str(tmp_path)}, discord={"token": "d-token"},
+                             telegram={"token": "123:t-token"})
+    assert [a.name for a in build_adapters(settings)] == ["discord", "telegram"]

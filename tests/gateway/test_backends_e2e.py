@@ -1,0 +1,81 @@
+"""The same chain on PostgreSQL + Redis locks (the multi-worker deployment), and `run_sweep` from settings."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy.engine import make_url
+
+from gateway.app import Gateway, build_runtime, run_sweep
+from gateway.locks import RedisLocks
+from gateway.store import Store
+from gateway.store.database import create_engine
+from tests.fakes.llm_server import FakeLLMServer, Reply
+from tests.gateway.conftest import ScriptedAdapter, answer_by_kind, bulk_session, chatter, make_settings
+
+
+@pytest.fixture
+async def private_postgres(postgres_url: str) -> AsyncIterator[str]:
+    """A fresh PostgreSQL database for one test, dropped afterwards."""
+    name = f"concord_gw_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+    async with admin.connect() as conn:
+        await conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    try:
+        yield make_url(postgres_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        async with admin.connect() as conn:
+            await conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.dispose()
+
+
+async def test_postgres_and_redis_serve_queue_and_compress(private_postgres: str, redis_url: str,
+                                                           fake_llm: FakeLLMServer, tmp_path: Path) -> None:
+    settings = make_settings(fake_llm, tmp_path, llm={"context_length": 8_000},
+                             storage={"database_url": private_postgres})
+    locks = RedisLocks.from_url(redis_url, prefix=f"concord:test:{uuid.uuid4().hex[:8]}:")
+    adapter = ScriptedAdapter()
+    gateway = Gateway(await build_runtime(settings, locks=locks), [adapter])
+    await gateway.start()
+    try:
+        fake_llm.responder = lambda body: Reply(f"re: {body['messages'][-1]['content'][:12]}", delay=0.02)
+        questions = [f"question {i:02d} " + "detail " * 60 for i in range(30)]
+        await asyncio.gather(*(adapter.say(q) for q in questions))
+        assert adapter.texts() == [f"re: question {i:02d}" for i in range(30)]
+        kinds = answer_by_kind(fake_llm)
+        await adapter.say("/compress", admin_hint=True)
+        assert adapter.texts()[-1].startswith("Compressed: 61 → ") and kinds == ["summary"]
+        record = await gateway.rt.store.sessions.get_active("discord", "dm:c1")
+        assert record.compactions == 1
+    finally:
+        await gateway.aclose(grace_seconds=5)
+
+
+async def test_run_sweep_from_settings(fake_llm: FakeLLMServer, tmp_path: Path) -> None:
+    settings = make_settings(fake_llm, tmp_path, llm={"context_length": 8_000},
+                             gateway={"hygiene_hard_message_limit": 30})
+    store = await Store.open(settings.storage.url)
+    adapter_less = Gateway(await build_runtime(settings, store=store), [])
+    over = await bulk_session(adapter_less, "dm:x", chatter(31, words=100))
+    await bulk_session(adapter_less, "dm:y", chatter(5))
+    await store.aclose()
+    kinds = answer_by_kind(fake_llm)
+    dry = await run_sweep(settings, dry_run=True, show_progress=False)
+    assert [(e.session_id, e.outcome) for e in dry.entries] == [(over, "skipped: dry run")] and kinds == []
+    report = await run_sweep(settings, dry_run=False)
+    assert [(e.session_id, e.outcome) for e in report.entries] == [(over, "compressed")]
+    assert kinds == ["summary"]
+
+
+async def test_run_sweep_needs_an_llm_unless_dry(tmp_path: Path) -> None:
+    from gateway.config import load_settings
+
+    settings = load_settings(storage={"data_dir": str(tmp_path)})
+    with pytest.raises(RuntimeError, match="--dry-run"):
+        await run_sweep(settings, dry_run=False)
+    report = await run_sweep(settings, dry_run=True, show_progress=False)
+    assert report.entries == []
