@@ -158,6 +158,11 @@ def present_verbatim(original: Mapping[str, Any], output: Sequence[Mapping[str, 
     """The message is in the output unchanged, or merged after a summary's end marker with its content intact."""
     if any(m == original for m in output):
         return True
+    if not arguments_valid([original]):
+        # Unparsable arguments are repaired everywhere (a provider would 400 on them); the rest must be intact.
+        same = [m for m in output if m.get("content") == original.get("content")
+                and tool_call_ids(m) == tool_call_ids(original)]
+        return bool(same)
     content = original.get("content")
     for m in output:
         if m.get("role") != original.get("role"):
@@ -166,6 +171,8 @@ def present_verbatim(original: Mapping[str, Any], output: Sequence[Mapping[str, 
         if SUMMARY_END_MARKER not in text:
             continue
         merged = m.get("content")
+        if not content and text.endswith(SUMMARY_END_MARKER):
+            return True
         if isinstance(content, list) and isinstance(merged, list) and merged[1:] == content:
             return True
         if isinstance(content, str) and text.endswith(content):
