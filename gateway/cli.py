@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from agent.llm.base import Provider
 from gateway.cli_store import add_store_commands
-from gateway.config import ConfigError, load_settings, masked_dump
+from gateway.config import ConfigError, Settings, load_settings, masked_dump
 
 __all__ = ["main", "read_jsonl_messages"]
 
@@ -85,6 +88,55 @@ def _cmd_tokens(args: argparse.Namespace) -> int:
     return 0
 
 
+def _configure_logging(settings: Settings) -> None:
+    # stderr, so logs never mix with the console chat or JSONL written to stdout.
+    fmt = ('{"time":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","message":"%(message)s"}'
+           if settings.logging.json_logs else "%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=settings.logging.level, format=fmt, stream=sys.stderr)
+    if settings.logging.level != "DEBUG":
+        # Per-request and per-job chatter from libraries drowns the console chat; keep their warnings.
+        for noisy in ("httpx", "alembic", "apscheduler", "discord.gateway", "telegram.ext"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from gateway.app import run_gateway
+
+    settings = load_settings()
+    _configure_logging(settings)
+    return asyncio.run(run_gateway(settings))
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from gateway.app import print_sweep_report, run_sweep
+
+    settings = load_settings()
+    _configure_logging(settings)
+    try:
+        report = asyncio.run(run_sweep(settings, dry_run=args.dry_run, show_progress=sys.stderr.isatty()))
+    except RuntimeError as exc:
+        print(f"concord: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print_sweep_report(report)
+    return 0
+
+
+def _cmd_compress(args: argparse.Namespace) -> int:
+    from agent.compression.cli import run_compress_command
+    from agent.llm.models import build_provider_from_spec, resolve_auxiliary
+
+    def summary_provider() -> Provider:
+        settings = load_settings()
+        if not settings.llm.configured and not settings.auxiliary.compression.base_url:
+            raise ConfigError("--summary llm needs a model: set CONCORD_LLM__BASE_URL and CONCORD_LLM__MODEL "
+                              "(or CONCORD_AUXILIARY__COMPRESSION__*), or use --summary static")
+        spec = resolve_auxiliary(settings.llm, settings.auxiliary.compression)
+        return build_provider_from_spec(spec, timeout=settings.llm.timeout_seconds,
+                                        require_api_key=spec.base_url is None)
+
+    return run_compress_command(args, provider_factory=summary_provider)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every ``concord`` subcommand."""
     parser = argparse.ArgumentParser(prog="concord", description=__doc__)
@@ -101,6 +153,15 @@ def build_parser() -> argparse.ArgumentParser:
     tokens.add_argument("--json", action="store_true", help="print one JSON object")
     tokens.set_defaults(func=_cmd_tokens)
 
+    from agent.compression.cli import build_parser as compress_parser
+
+    sub.add_parser("compress", parents=[compress_parser()], add_help=False,
+                   help="compress a JSONL transcript once, as /compress would").set_defaults(func=_cmd_compress)
+    sub.add_parser("run", help="start the gateway (console chat when no platform token is set)").set_defaults(
+        func=_cmd_run)
+    sweep = sub.add_parser("sweep", help="run one hygiene sweep over all active sessions (for system cron)")
+    sweep.add_argument("--dry-run", action="store_true", help="only list the sessions that would be compressed")
+    sweep.set_defaults(func=_cmd_sweep)
     add_store_commands(sub)
     return parser
 
