@@ -337,10 +337,9 @@ class ContextCompressor(ContextEngine):
                                    ineffective=True)
         work = pruned.messages
         middle = work[bounds.head_end : bounds.tail_start]
-        prompt, max_tokens = self._summary_prompt(middle, work, focus_topic)
         outcome = await request_summary(
             self._state, summary_provider=self._summary_provider, main_provider=self._main_provider,
-            prompt=prompt, max_tokens=max_tokens, now=self._clock(), force=force,
+            build_prompt=lambda: self._summary_prompt(middle, work, focus_topic), now=self._clock(), force=force,
             abort_on_failure=self.abort_on_summary_failure,
         )
         if outcome.abort:

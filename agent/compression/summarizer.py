@@ -14,6 +14,7 @@ A success on the main model makes the main model this session's summary model (n
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from agent.compression.state import CompressorState
@@ -81,13 +82,16 @@ async def request_summary(
     *,
     summary_provider: Provider | None,
     main_provider: Provider | None,
-    prompt: str,
-    max_tokens: int,
+    build_prompt: Callable[[], tuple[str, int]],
     now: float,
     force: bool,
     abort_on_failure: bool,
 ) -> SummaryOutcome:
-    """Run the summary call through the failure tree, updating ``state``'s flags and cooldown."""
+    """Run the summary call through the failure tree, updating ``state``'s flags and cooldown.
+
+    ``build_prompt`` returns (prompt, max_tokens); it runs only when a call is actually made, since
+    serializing and redacting a long middle is the costliest non-LLM step.
+    """
     if summary_provider is None:
         state.cooldown_until = now + NO_PROVIDER_COOLDOWN_S
         return _failure(state, "no summary provider configured", abort_on_failure)
@@ -95,6 +99,7 @@ async def request_summary(
         return _failure(state, f"summary model cooling down ({state.cooldown_until - now:.0f}s left)", abort_on_failure)
 
     state.auth_failure = state.network_failure = False
+    prompt, max_tokens = build_prompt()
     primary = main_provider if state.fell_back_to_main and main_provider is not None else summary_provider
     attempts = [primary]
     if main_provider is not None and not same_model(primary, main_provider):

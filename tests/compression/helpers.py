@@ -154,28 +154,34 @@ def no_image_before_newest_user_image(messages: Sequence[Mapping[str, Any]]) -> 
     return not any(has_image(m) for m in messages[: max(newest, 0)])
 
 
-def present_verbatim(original: Mapping[str, Any], output: Sequence[Mapping[str, Any]]) -> bool:
-    """The message is in the output unchanged, or merged after a summary's end marker with its content intact."""
-    if any(m == original for m in output):
+def _content_kept(original: Any, message: Mapping[str, Any]) -> bool:
+    merged = message.get("content")
+    if merged == original:
         return True
-    if not arguments_valid([original]):
-        # Unparsable arguments are repaired everywhere (a provider would 400 on them); the rest must be intact.
-        same = [m for m in output if m.get("content") == original.get("content")
-                and tool_call_ids(m) == tool_call_ids(original)]
-        return bool(same)
-    content = original.get("content")
-    for m in output:
-        if m.get("role") != original.get("role"):
+    text = _text(message)
+    if SUMMARY_END_MARKER not in text:
+        return False
+    if not original:
+        return text.endswith(SUMMARY_END_MARKER)
+    if isinstance(original, list):
+        return isinstance(merged, list) and merged[1:] == original
+    return isinstance(original, str) and text.endswith(original)
+
+
+def present_verbatim(original: Mapping[str, Any], output: Sequence[Mapping[str, Any]]) -> bool:
+    """The message is in the output unchanged, or merged after a summary's end marker with its content intact.
+
+    Unparsable tool-call arguments are repaired everywhere (a provider would 400 on them), so for such a
+    message only the call ids must match.
+    """
+    valid = arguments_valid([original])
+    rest = {k: v for k, v in original.items() if k != "content"}
+    for message in output:
+        if message.get("role") != original.get("role") or not _content_kept(original.get("content"), message):
             continue
-        text = _text(m)
-        if SUMMARY_END_MARKER not in text:
-            continue
-        merged = m.get("content")
-        if not content and text.endswith(SUMMARY_END_MARKER):
+        if valid and {k: v for k, v in message.items() if k != "content"} == rest:
             return True
-        if isinstance(content, list) and isinstance(merged, list) and merged[1:] == content:
-            return True
-        if isinstance(content, str) and text.endswith(content):
+        if not valid and tool_call_ids(message) == tool_call_ids(original):
             return True
     return False
 
