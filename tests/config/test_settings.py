@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from gateway.config import ConfigError, load_settings, masked_dump
 
@@ -126,7 +127,7 @@ def test_env_example_loads_as_dotenv_and_documents_every_key(tmp_path: Path) -> 
     expected = set()
     for section, model in settings:
         for key, value in model:
-            if hasattr(value, "model_fields"):
+            if isinstance(value, BaseModel):
                 expected |= {f"CONCORD_{section}__{key}__{sub}".upper() for sub in type(value).model_fields}
             else:
                 expected.add(f"CONCORD_{section}__{key}".upper())
