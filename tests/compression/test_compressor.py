@@ -191,3 +191,13 @@ def test_autoraise_and_validation() -> None:
 def test_builtin_engine_is_selected_by_name() -> None:
     engine = create_context_engine("compressor", context_length=200_000, summary_provider=None)
     assert engine.threshold_tokens == 100_000 and engine.tools() == []
+
+
+def test_public_surface_is_pinned() -> None:
+    import agent.compression as package
+
+    assert sorted(package.__all__) == package.__all__
+    assert set(package.__all__) == {
+        "BUILTIN_ENGINE", "CompressionResult", "ContextCompressor", "ContextEngine", "EngineNotFound",
+        "SummaryModelTooSmall", "create_context_engine", "register_context_engine",
+    }
