@@ -145,10 +145,24 @@ class ContextCompressor(ContextEngine):
         """Compressions done in this conversation."""
         return self._state.compression_count
 
+    @compression_count.setter
+    def compression_count(self, value: int) -> None:
+        self._state.compression_count = value
+
     @property
     def last_prompt_tokens(self) -> int:
-        """Real prompt tokens of the last main-model call; -1 just after a compression; 0 when unknown."""
+        """Real prompt tokens of the last main-model call; -1 just after a compression; 0 when unknown.
+
+        Settable (the ContextEngine contract has it as a field): setting -1 marks "waiting for real usage".
+        """
         return self._state.last_prompt_tokens
+
+    @last_prompt_tokens.setter
+    def last_prompt_tokens(self, value: int) -> None:
+        self._state.last_prompt_tokens = value
+        if value == -1:
+            self._state.awaiting_real_usage = True
+            self._state.real_usage_fits = False
 
     @property
     def ineffective_count(self) -> int:

@@ -69,6 +69,7 @@ class CompressorState:
         remaining = float(wall_until) - wall_now if wall_until is not None else 0.0
         summary = data.get("previous_summary")
         stats = data.get("last_compression")
+        last_prompt = int(data.get("last_prompt_tokens", 0))
         return cls(
             compression_count=int(data.get("compression_count", 0)),
             ineffective_count=int(data.get("ineffective_count", 0)),
@@ -79,8 +80,9 @@ class CompressorState:
             fell_back_to_main=bool(data.get("fell_back_to_main", False)),
             last_compress_aborted=bool(data.get("last_compress_aborted", False)),
             last_compress_reason=str(data.get("last_compress_reason", "")),
-            last_prompt_tokens=int(data.get("last_prompt_tokens", 0)),
-            awaiting_real_usage=bool(data.get("awaiting_real_usage", False)),
+            last_prompt_tokens=last_prompt,
+            # -1 is the "just compressed" sentinel: a caller that stored only it still awaits real usage.
+            awaiting_real_usage=bool(data.get("awaiting_real_usage", last_prompt == -1)),
             real_usage_fits=bool(data.get("real_usage_fits", False)),
             last_stats=dict(stats) if isinstance(stats, dict) else None,
         )

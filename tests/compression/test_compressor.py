@@ -201,3 +201,16 @@ def test_public_surface_is_pinned() -> None:
         "BUILTIN_ENGINE", "CompressionResult", "ContextCompressor", "ContextEngine", "EngineNotFound",
         "SummaryModelTooSmall", "create_context_engine", "register_context_engine",
     }
+
+
+def test_engine_fields_are_settable_and_gateway_style_state_loads() -> None:
+    compressor = make_compressor()
+    compressor.last_prompt_tokens = -1
+    compressor.compression_count = 2
+    compressor.update_from_response(Usage(prompt_tokens=10))
+    assert compressor.deferred_to_real_usage and compressor.compression_count == 2
+    restored = make_compressor()
+    restored.load_state({"version": 1, "context_length": None, "compression_count": 1, "ineffective_count": 0,
+                         "previous_summary": None, "cooldown_until_wall": None, "last_prompt_tokens": -1})
+    restored.update_from_response(Usage(prompt_tokens=10))
+    assert restored.deferred_to_real_usage and restored.compression_count == 1
