@@ -9,49 +9,15 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from agent.llm.base import Provider
+from agent.transcript import MalformedTranscript, read_transcript_file
 from gateway.cli_store import add_store_commands
 from gateway.config import ConfigError, Settings, load_settings, masked_dump
 
-__all__ = ["main", "read_jsonl_messages"]
+__all__ = ["build_parser", "main"]
 
 EXIT_USAGE = 2
-
-
-class TranscriptError(ValueError):
-    """A JSONL transcript line is not a usable chat message."""
-
-
-_ROLES = {"system", "user", "assistant", "tool"}
-
-
-def read_jsonl_messages(path: Path) -> list[dict[str, Any]]:
-    """Read an OpenAI-format JSONL transcript (one message per line; blank lines ignored).
-
-    Raises `TranscriptError` naming the first bad line.
-    """
-    messages: list[dict[str, Any]] = []
-    try:
-        handle = path.open(encoding="utf-8")
-    except OSError as exc:
-        raise TranscriptError(f"{path}: cannot open ({exc.strerror})") from None
-    with handle:
-        for lineno, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                message = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise TranscriptError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
-            if not isinstance(message, dict):
-                raise TranscriptError(f"{path}:{lineno}: expected a JSON object, got {type(message).__name__}")
-            if message.get("role") not in _ROLES:
-                raise TranscriptError(f"{path}:{lineno}: unknown role {message.get('role')!r} "
-                                      f"(allowed: {', '.join(sorted(_ROLES))})")
-            messages.append(message)
-    return messages
 
 
 def _cmd_config_check(args: argparse.Namespace) -> int:
@@ -70,9 +36,12 @@ def _cmd_tokens(args: argparse.Namespace) -> int:
     from agent.tokens import TokenCounter, estimate_messages_tokens_rough
 
     try:
-        messages = read_jsonl_messages(Path(args.file))
-    except TranscriptError as exc:
-        print(f"concord: {exc}", file=sys.stderr)
+        messages = read_transcript_file(Path(args.file), sys.stderr)
+    except MalformedTranscript as exc:
+        print(f"concord: {args.file}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:
+        print(f"concord: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
         return EXIT_USAGE
     counter = TokenCounter(args.encoding)
     exact = counter.count_messages(messages)

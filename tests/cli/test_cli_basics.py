@@ -56,9 +56,9 @@ def test_tokens_counts_a_transcript(tmp_path: Path, capsys: pytest.CaptureFixtur
 @pytest.mark.parametrize(
     ("content", "fragment"),
     [
-        ('{"role":"user","content":"ok"}\n{not json\n', ":2: invalid JSON"),
-        ('{"role":"user","content":"ok"}\n[1,2]\n', ":2: expected a JSON object"),
-        ('{"role":"narrator","content":"x"}\n', ":1: unknown role 'narrator'"),
+        ('{"role":"user","content":"ok"}\n{not json\n', "bad.jsonl: line 2: invalid JSON"),
+        ('{"role":"user","content":"ok"}\n[1,2]\n', "line 2: expected a JSON object"),
+        ('{"role":"narrator","content":"x"}\n', "line 1: role must be one of assistant, developer, system, tool, user, got 'narrator'"),
     ],
 )
 def test_tokens_malformed_input_names_the_line(
@@ -72,4 +72,4 @@ def test_tokens_malformed_input_names_the_line(
 
 def test_tokens_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["tokens", str(tmp_path / "nope.jsonl")]) == 2
-    assert "cannot open" in capsys.readouterr().err
+    assert "cannot read" in capsys.readouterr().err

@@ -7,8 +7,9 @@ import io
 import json
 from pathlib import Path
 
-from agent.compression.cli import PROGRESS_MIN_BYTES, build_parser, run_compress_command
+from agent.compression.cli import build_parser, run_compress_command
 from agent.llm.openai_compat import OpenAICompatProvider
+from agent.transcript import PROGRESS_MIN_BYTES
 from tests.compression.helpers import ScriptedProvider, coding_session, user
 from tests.fakes.llm_server import FakeLLMServer
 
