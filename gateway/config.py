@@ -119,6 +119,8 @@ class GatewaySettings(BaseModel):
     sweep_cron: str | None = "*/30 * * * *"
     admins: CsvList = []
     session_scope: Literal["shared", "per-user"] = "shared"
+    # Per-platform overrides, e.g. {"telegram": "per-user"}; platforms not listed use session_scope.
+    session_scope_by_platform: dict[Literal["discord", "telegram", "console"], Literal["shared", "per-user"]] = {}
     group_context_limit: int = Field(default=50, ge=0)
     bot_name: str = "Concord"
 
@@ -132,6 +134,10 @@ class GatewaySettings(BaseModel):
             if platform not in ("discord", "telegram", "console") or not user:
                 raise ValueError(f"admin {entry!r} must look like discord:<user id>, telegram:<user id> or console:<name>")
         return admins
+
+    def scope_for(self, platform: str) -> Literal["shared", "per-user"]:
+        """The session scope of group chats on ``platform``."""
+        return self.session_scope_by_platform.get(platform, self.session_scope)  # type: ignore[call-overload]
 
     @field_validator("sweep_cron")
     @classmethod
@@ -193,6 +199,14 @@ class DiscordSettings(BaseModel):
     slash_commands: bool = False
 
     _split = field_validator("admin_role_ids", "admin_role_names", mode="before")(_split_csv)
+
+    @field_validator("admin_role_ids")
+    @classmethod
+    def _snowflakes(cls, ids: list[str]) -> list[str]:
+        for role in ids:
+            if not role.isdigit():
+                raise ValueError(f"role id {role!r} must be a numeric Discord id (use admin_role_names for names)")
+        return ids
 
 
 class TelegramSettings(BaseModel):

@@ -86,7 +86,7 @@ class Router:
         self._seen[ident] = None
         if len(self._seen) > self._dedupe_size:
             self._seen.popitem(last=False)
-        key = session_key(inbound, self.settings.gateway.session_scope)
+        key = session_key(inbound, self.settings.gateway.scope_for(inbound.platform))
         await self._queues.submit(key, (inbound, adapter))
 
     async def aclose(self, grace_seconds: float = 30.0) -> None:

@@ -132,3 +132,21 @@ def test_env_example_loads_as_dotenv_and_documents_every_key(tmp_path: Path) -> 
             else:
                 expected.add(f"CONCORD_{section}__{key}".upper())
     assert expected - documented == set()
+
+
+def test_session_scope_per_platform(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CONCORD_GATEWAY__SESSION_SCOPE_BY_PLATFORM", '{"telegram": "per-user"}')
+    gateway = load_settings().gateway
+    assert gateway.scope_for("telegram") == "per-user"
+    assert gateway.scope_for("discord") == "shared"
+    monkeypatch.setenv("CONCORD_GATEWAY__SESSION_SCOPE_BY_PLATFORM", '{"irc": "per-user"}')
+    with pytest.raises(ConfigError, match="session_scope_by_platform"):
+        load_settings()
+
+
+def test_discord_role_ids_must_be_numeric(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CONCORD_DISCORD__ADMIN_ROLE_IDS", "1234567890, 42")
+    assert load_settings().discord.admin_role_ids == ["1234567890", "42"]
+    monkeypatch.setenv("CONCORD_DISCORD__ADMIN_ROLE_IDS", "Moderators")
+    with pytest.raises(ConfigError, match="admin_role_names"):
+        load_settings()
