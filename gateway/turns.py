@@ -52,20 +52,21 @@ async def persist_turn(sessions: SessionManager, live: LiveSession, result: Turn
     """Bring the store up to ``result.messages`` and save the engine state."""
     rt = sessions.rt
     stored = live.messages
+    state = export_engine_state(live.engine, live.last_compaction)
     if result.messages[: len(stored)] == stored:
         new = result.messages[len(stored):]
         if new:
             live.watermark = await rt.store.messages.append(
-                live.id, new, [rt.counter.count_message(m) for m in new])
+                live.id, new, [rt.counter.count_message(m) for m in new], engine_state=state)
             live.messages = stored + new
+        else:
+            await rt.store.sessions.save_engine_state(live.id, state)
     else:
         log.info("session %s: the turn rewrote history; replacing the active set", live.id)
         counts = [rt.counter.count_message(m) for m in result.messages]
         await rt.store.compactions.replace_active(live.id, result.messages, counts, live.watermark,
-                                                  reason=REWRITE_REASON)
+                                                  reason=REWRITE_REASON, engine_state=state)
         await sessions.reload(live)
         await sessions.refresh_record(live)
-    state = export_engine_state(live.engine, live.last_compaction)
-    await rt.store.sessions.save_engine_state(live.id, state)
     live.record = dataclasses.replace(live.record, engine=state)
     live.synced_state = state

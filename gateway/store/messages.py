@@ -13,6 +13,7 @@ from gateway.store._rows import (
     check_batch,
     decode,
     encoded_rows,
+    engine_values,
     insert_rows,
     message_record,
     utcnow,
@@ -20,7 +21,7 @@ from gateway.store._rows import (
 from gateway.store.database import read, write
 from gateway.store.errors import SessionEnded, SessionNotFound
 from gateway.store.models import MessageRow, SessionRow
-from gateway.store.records import ActiveSet, MessageRecord
+from gateway.store.records import ActiveSet, EngineState, MessageRecord
 
 __all__ = ["MessageRepository"]
 
@@ -32,11 +33,12 @@ class MessageRepository:
         self._engine = engine
 
     async def append(self, session_id: str, messages: Sequence[Mapping[str, Any]],
-                     token_counts: Sequence[int]) -> int:
+                     token_counts: Sequence[int], *, engine_state: EngineState | None = None) -> int:
         """Append messages (with their exact token counts) to the active set; return the last sequence.
 
         The counter update comes first: it takes the session's row lock, so appends and compactions of one
-        session are strictly ordered, and the session's counters never drift from its rows.
+        session are strictly ordered, and the session's counters never drift from its rows. ``engine_state``,
+        when given, is saved in the same transaction (one round trip per turn instead of two).
         """
         check_batch(messages, token_counts)
         at = utcnow()
@@ -47,7 +49,8 @@ class MessageRepository:
                 .values(last_seq=SessionRow.last_seq + len(rows),
                         message_count=SessionRow.message_count + len(rows),
                         token_count=SessionRow.token_count + sum(r.tokens for r in rows),
-                        last_active_at=at)
+                        last_active_at=at,
+                        **(engine_values(engine_state) if engine_state is not None else {}))
                 .returning(SessionRow.last_seq))).scalar_one_or_none()
             if last is None:
                 exists = (await conn.execute(

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from gateway.store import SessionEnded, SessionNotFound, Store
+from gateway.store import EngineState, SessionEnded, SessionNotFound, Store
 from tests.store.conftest import assistant, user
 
 TOOL_CALL = {
@@ -100,3 +100,16 @@ async def test_export_active_and_archived(store: Store) -> None:
     assert [r.archived_by for r in everything] == [1, 1, 1, None, None]
     assert all(r.archived_at is not None for r in everything[:3])
     assert [r.seq for r in everything] == sorted(r.seq for r in everything)
+
+
+async def test_append_saves_engine_state_in_the_same_transaction(store: Store) -> None:
+    session = await store.sessions.get_or_create_active("tg", "state")
+    state = EngineState(last_prompt_tokens=1234, compression_count=2, ineffective_count=1,
+                        previous_summary="earlier work", context_length=64_000)
+    await store.messages.append(session.id, [user("a")], [3], engine_state=state)
+    assert (await store.sessions.require(session.id)).engine == state
+    # An append into an ended session saves nothing: the state travels with the messages or not at all.
+    await store.sessions.end(session.id, "test")
+    with pytest.raises(SessionEnded):
+        await store.messages.append(session.id, [user("b")], [3], engine_state=EngineState(last_prompt_tokens=9))
+    assert (await store.sessions.require(session.id)).engine == state
