@@ -6,12 +6,8 @@ survives restarts, and the model knows earlier history exists (archived and sear
 
 from __future__ import annotations
 
-from sqlalchemy import select
-
 from gateway.keys import SessionKey
 from gateway.store import SessionRecord, Store
-from gateway.store.database import read
-from gateway.store.models import SessionRow
 
 __all__ = ["continuity_note", "previous_idle_session", "with_note"]
 
@@ -20,15 +16,8 @@ END_IDLE = "idle"
 
 async def previous_idle_session(store: Store, key: SessionKey) -> SessionRecord | None:
     """The chat's most recently ended session if it ended by idle expiry, else None."""
-    async with read(store.engine) as conn:
-        row = (await conn.execute(
-            select(SessionRow.id, SessionRow.end_reason)
-            .where(SessionRow.platform == key.platform, SessionRow.chat_key == key.chat_key,
-                   SessionRow.ended_at.is_not(None))
-            .order_by(SessionRow.ended_at.desc()).limit(1))).first()
-    if row is None or row.end_reason != END_IDLE:
-        return None
-    return await store.sessions.get(row.id)
+    previous = await store.sessions.latest_ended(key.platform, key.chat_key)
+    return previous if previous is not None and previous.end_reason == END_IDLE else None
 
 
 def continuity_note(previous: SessionRecord) -> str:

@@ -53,6 +53,16 @@ class SessionRepository:
                 SessionRow.platform == platform, SessionRow.chat_key == chat_key, _OPEN))).first()
         return session_record(row) if row else None
 
+    async def latest_ended(self, platform: str, chat_key: str) -> SessionRecord | None:
+        """The chat's most recently ended session, or None."""
+        async with read(self._engine) as conn:
+            row = (await conn.execute(
+                select(SessionRow)
+                .where(SessionRow.platform == platform, SessionRow.chat_key == chat_key,
+                       SessionRow.ended_at.is_not(None))
+                .order_by(SessionRow.ended_at.desc()).limit(1))).first()
+        return session_record(row) if row else None
+
     async def get_or_create_active(self, platform: str, chat_key: str, *, title: str | None = None,
                                    goal: str | None = None) -> SessionRecord:
         """The chat's open session, created when there is none (safe against concurrent workers)."""

@@ -139,3 +139,16 @@ async def test_stored_times_are_utc_aware(store: Store) -> None:
     loaded = await store.sessions.require(session.id)
     assert loaded.last_active_at == naive.replace(tzinfo=UTC)
     assert loaded.started_at.tzinfo is not None
+
+
+async def test_latest_ended_is_the_most_recently_ended_session_of_the_chat(store: Store) -> None:
+    assert await store.sessions.latest_ended("tg", "chat-le") is None
+    first = await store.sessions.get_or_create_active("tg", "chat-le")
+    await store.sessions.end(first.id, "idle")
+    second = await store.sessions.get_or_create_active("tg", "chat-le")
+    await store.sessions.end(second.id, "new")
+    await store.sessions.get_or_create_active("tg", "chat-le")  # open sessions are not "ended"
+    other = await store.sessions.get_or_create_active("tg", "other-chat")
+    await store.sessions.end(other.id, "idle")
+    latest = await store.sessions.latest_ended("tg", "chat-le")
+    assert latest is not None and (latest.id, latest.end_reason) == (second.id, "new")
