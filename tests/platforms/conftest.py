@@ -1,0 +1,85 @@
+"""Both real platform clients at once: the real gateway, built from one Settings object with a Discord and a
+Telegram token, connected to the fake Discord and the fake Telegram Bot API, answering through the fake LLM.
+
+This is what ``concord run`` does with both tokens set (`build_runtime` + `build_adapters` + `Gateway`); only
+the platform addresses differ: discord.py's process-wide REST/gateway URLs are patched by the ``fake_discord``
+fixture, and ``telegram.api_base_url`` points at the fake as it would at a local Bot API server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.app import Gateway, build_adapters, build_runtime
+from tests.fakes.discord_fixture import fake_discord  # noqa: F401
+from tests.fakes.discord_server import ADMIN_ROLE_ID, FakeDiscord
+from tests.fakes.llm_fixture import fake_llm  # noqa: F401
+from tests.fakes.llm_server import FakeLLMServer
+from tests.fakes.telegram_fixture import fake_telegram  # noqa: F401
+from tests.fakes.telegram_server import FakeTelegram
+from tests.gateway.conftest import make_settings
+
+DISCORD_ADMIN = 77
+TELEGRAM_ADMIN = 88
+
+
+@dataclass
+class Platforms:
+    """A running gateway serving both fakes."""
+
+    gateway: Gateway
+    discord: FakeDiscord
+    telegram: FakeTelegram
+    llm: FakeLLMServer
+
+    def sent_texts(self) -> list[str]:
+        """Everything either platform recorded as sent by the bot."""
+        return [m.content for m in self.discord.sent_messages] + [m.text for m in self.telegram.sent_messages]
+
+    async def bulk_history(self, platform: str, chat_key: str, messages: list[dict[str, Any]]) -> str:
+        """Store ``messages`` as the open session of ``platform``/``chat_key`` before the gateway loads it."""
+        store, counter = self.gateway.rt.store, self.gateway.rt.counter
+        record = await store.sessions.get_or_create_active(platform, chat_key)
+        await store.messages.append(record.id, messages, [counter.count_message(m) for m in messages])
+        return record.id
+
+    async def session_id(self, platform: str, chat_key: str) -> str:
+        """The id of the open session of ``platform``/``chat_key`` (which must exist)."""
+        record = await self.gateway.rt.store.sessions.get_active(platform, chat_key)
+        assert record is not None, f"no open session {platform}/{chat_key}"
+        return record.id
+
+
+async def until(condition: Callable[[], bool], within_s: float = 10.0) -> None:
+    """Wait until ``condition()`` holds (fails the test after ``within_s``)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within_s
+    while not condition():
+        assert loop.time() < deadline, f"condition not met within {within_s} s"
+        await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+async def platforms(fake_discord: FakeDiscord, fake_telegram: FakeTelegram,  # noqa: F811
+                    fake_llm: FakeLLMServer, tmp_path: Path) -> AsyncIterator[Platforms]:  # noqa: F811
+    """The real gateway with the real DiscordAdapter and TelegramAdapter, built from settings, started."""
+    settings = make_settings(
+        fake_llm, tmp_path,
+        # A small window, so a few dozen stored messages are enough history for /compress to act on.
+        llm={"context_length": 8_000},
+        gateway={"admins": [f"discord:{DISCORD_ADMIN}", f"telegram:{TELEGRAM_ADMIN}"]},
+        discord={"token": fake_discord.token, "admin_role_ids": [str(ADMIN_ROLE_ID)]},
+        telegram={"token": fake_telegram.token, "api_base_url": fake_telegram.api_root},
+    )
+    gateway = Gateway(await build_runtime(settings), build_adapters(settings))
+    await gateway.start()
+    try:
+        yield Platforms(gateway, fake_discord, fake_telegram, fake_llm)
+    finally:
+        await gateway.aclose(grace_seconds=5)
