@@ -23,7 +23,7 @@ from rich.progress import Progress as RichProgress
 
 from adapters.base import Adapter
 from adapters.console import ConsoleAdapter
-from agent.compression.engine import ContextEngine, create_context_engine
+from agent.compression.engine import ContextEngine, resolve_engine_factory
 from agent.llm.base import Provider
 from agent.llm.models import build_provider, build_provider_from_spec, context_length_for, resolve_auxiliary
 from agent.memory import FileMemoryProvider, MemoryProvider
@@ -100,7 +100,11 @@ def _engine_factory(settings: Settings, provider: Provider, summary: Provider) -
         abort_on_summary_failure=comp.abort_on_summary_failure, encoding=llm.encoding, provider_name=llm.provider,
         model=llm.model, autoraise=comp.autoraise,
     )
-    return partial(create_context_engine, settings.context.engine, **kwargs)
+    # Resolve and build one engine now, so an unknown context.engine or a far too small summary model
+    # (R-C9) stops start-up with a clear message instead of failing on the first message of every chat.
+    factory = partial(resolve_engine_factory(settings.context.engine), **kwargs)
+    factory()
+    return factory
 
 
 def _memory_factory(settings: Settings) -> Callable[[SessionKey, str | None], MemoryProvider]:
@@ -133,10 +137,11 @@ async def build_runtime(settings: Settings, *, provider: Provider | None = None,
     if summary_provider is None:
         spec = resolve_auxiliary(settings.llm, settings.auxiliary.compression)
         summary_provider = provider if spec.model == settings.llm.model else build_provider_from_spec(spec)
+    new_engine = _engine_factory(settings, provider, summary_provider)
     return Runtime(
         settings=settings, store=store or await _open_store(settings), locks=locks or _locks(settings),
         provider=provider, counter=get_counter(settings.llm.encoding),
-        new_engine=_engine_factory(settings, provider, summary_provider), new_memory=_memory_factory(settings),
+        new_engine=new_engine, new_memory=_memory_factory(settings),
         model=settings.llm.model, engine_name=settings.context.engine, clock=clock,
     )
 
@@ -151,7 +156,7 @@ def build_adapters(settings: Settings) -> list[Adapter]:
         d = settings.discord
         adapters.append(DiscordAdapter(DiscordSettings(
             token=discord_token, allow_bots=d.allow_bots, admin_role_ids=tuple(int(i) for i in d.admin_role_ids),
-            admin_role_names=tuple(d.admin_role_names))))
+            admin_role_names=tuple(d.admin_role_names), slash_commands=d.slash_commands)))
     telegram_token = _secret(settings.telegram.token)
     if telegram_token:
         from adapters.telegram_adapter import TelegramAdapter, TelegramSettings

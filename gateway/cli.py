@@ -10,6 +10,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from agent.compression.engine import EngineNotFound
+from agent.compression.feasibility import SummaryModelTooSmall
 from agent.llm.base import Provider
 from agent.transcript import MalformedTranscript, read_transcript_file
 from gateway.cli_store import add_store_commands
@@ -73,7 +75,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     settings = load_settings()
     _configure_logging(settings)
-    return asyncio.run(run_gateway(settings))
+    try:
+        return asyncio.run(run_gateway(settings))
+    except (EngineNotFound, SummaryModelTooSmall) as exc:
+        print(f"concord: {exc}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:

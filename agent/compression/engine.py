@@ -25,6 +25,7 @@ __all__ = [
     "EngineNotFound",
     "create_context_engine",
     "register_context_engine",
+    "resolve_engine_factory",
 ]
 
 BUILTIN_ENGINE = "compressor"
@@ -154,18 +155,19 @@ def _load_plugin_dir(path: Path, name: str) -> EngineFactory:
 
 def resolve_engine_factory(name: str, plugin_root: Path | None = None) -> EngineFactory:
     """Find the factory for ``name`` following the documented order."""
+    if name == BUILTIN_ENGINE:
+        # The default is always the built-in; no plugin can shadow it (and no entry-point scan, ~5 ms, is paid).
+        from agent.compression.compressor import ContextCompressor
+
+        return ContextCompressor
     root = plugin_root if plugin_root is not None else Path.cwd() / "plugins" / "context_engine"
-    if name != BUILTIN_ENGINE and (root / name / "__init__.py").is_file():
+    if (root / name / "__init__.py").is_file():
         return _load_plugin_dir(root / name, name)
     if name in _registry:
         return _registry[name]
     for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name == name and name != BUILTIN_ENGINE:
+        if ep.name == name:
             return ep.load()
-    if name == BUILTIN_ENGINE:
-        from agent.compression.compressor import ContextCompressor
-
-        return ContextCompressor
     known = sorted({BUILTIN_ENGINE, *_registry, *(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))})
     raise EngineNotFound(f"context.engine {name!r} not found (plugin dir {root / name}, registry, entry points); "
                          f"available: {', '.join(known)}")
