@@ -2,7 +2,8 @@
 
 The bot needs the privileged **Message Content** intent (Developer Portal → Bot → Privileged Gateway
 Intents); without it Discord blanks guild messages that do not mention the bot, so unaddressed chatter
-cannot be kept as context. Replies never ping @everyone, @here or roles.
+cannot be kept as context. Replies never ping @everyone, @here or roles. With ``slash_commands`` the
+commands are also offered as native slash commands (see `adapters.discord_slash`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import aiohttp
@@ -25,10 +27,13 @@ from adapters.base import (
     ChatType,
     Inbound,
     InboundHandler,
+    Outbound,
     SendError,
     keep_alive,
     parse_command,
+    split_message,
 )
+from adapters.discord_slash import PendingInteraction, PendingInteractions, build_tree
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +56,7 @@ class DiscordSettings:
     max_inbound_chars: int = 16_000
     ready_timeout: float = 60.0
     drain_seconds: float = 30.0
+    slash_commands: bool = False
 
 
 def intents() -> discord.Intents:
@@ -92,9 +98,10 @@ class DiscordAdapter(Adapter):
         super().__init__()
         self.settings = settings
         self._sleep = sleep
+        self._mentions = discord.AllowedMentions(everyone=False, roles=False, users=True, replied_user=True)
         self.client = discord.Client(
             intents=intents(),
-            allowed_mentions=discord.AllowedMentions(everyone=False, roles=False, users=True, replied_user=True),
+            allowed_mentions=self._mentions,
             # discord.py sleeps through waits up to this (min 30 s) itself and raises RateLimited above it.
             max_ratelimit_timeout=30.0,
             guild_ready_timeout=0.1,
@@ -102,6 +109,11 @@ class DiscordAdapter(Adapter):
         _guard_parsers(self.client)
         self.client.event(self.on_message)
         self._task: asyncio.Task[None] | None = None
+        self._interactions = PendingInteractions()
+        if settings.slash_commands:
+            self.tree = build_tree(self.client, self.on_slash_command)
+            # discord.py awaits setup_hook in login(), after the application id is known, before the gateway.
+            self.client.setup_hook = self._sync_commands  # type: ignore[method-assign]
 
     async def start(self, on_message: InboundHandler) -> None:
         """Log in and connect to the gateway; returns once the client is ready."""
@@ -146,9 +158,13 @@ class DiscordAdapter(Adapter):
             discord.MessageReference(message_id=int(reply_to), channel_id=channel.id, fail_if_not_exists=False)
             if reply_to else None
         )
+        await self._with_retries(lambda: channel.send(text, reference=reference))  # type: ignore[arg-type]
+
+    async def _with_retries(self, send: Callable[[], Awaitable[object]]) -> None:
+        """Run one send, waiting out rate limits and transient failures up to ``max_retry_attempts``."""
         for attempt in range(1, self.settings.max_retry_attempts + 1):
             try:
-                await channel.send(text, reference=reference)  # type: ignore[arg-type]
+                await send()
                 return
             except discord.RateLimited as exc:
                 if exc.retry_after > self.settings.max_retry_wait:
@@ -169,6 +185,72 @@ class DiscordAdapter(Adapter):
         delay = min(0.5 * 2 ** (attempt - 1), self.settings.max_retry_wait)
         log.warning("discord: send failed (%s), retrying in %.1f s (attempt %d)", why, delay, attempt)
         await self._sleep(delay)
+
+    async def deliver(self, out: Outbound) -> None:
+        """Send an Outbound; a reply to a slash command goes out through its interaction while that lasts."""
+        pending = self._interactions.get(out.reply_to_message_id)
+        if pending is None:
+            await super().deliver(out)
+            return
+        for chunk in split_message(out.text, self.limit, self.length, out.continuation_prefix):
+            await self._with_retries(partial(self._interaction_send, pending, chunk))
+
+    async def _interaction_send(self, pending: PendingInteraction, chunk: str) -> None:
+        # The first chunk replaces the deferred "thinking" message; later ones are followups.
+        if pending.answered:
+            await pending.interaction.followup.send(chunk, allowed_mentions=self._mentions)
+        else:
+            await pending.interaction.edit_original_response(content=chunk, allowed_mentions=self._mentions)
+            pending.answered = True
+
+    # -- slash commands --------------------------------------------------------------------------
+    async def _sync_commands(self) -> None:
+        try:
+            synced = await self.tree.sync()
+        except (discord.DiscordException, aiohttp.ClientError, OSError) as exc:
+            log.warning("discord: slash command sync failed (%s); typed commands still work", _why(exc))
+            return
+        log.info("discord: %d slash commands synced", len(synced))
+
+    async def on_slash_command(self, interaction: discord.Interaction, name: str, args: str) -> None:
+        """Acknowledge a slash command at once (Discord's 3 s deadline), then hand it on as a command Inbound."""
+        try:
+            await interaction.response.defer(thinking=True)
+        except (discord.DiscordException, aiohttp.ClientError, OSError) as exc:
+            log.warning("discord: could not acknowledge /%s (%s); skipped", name, _why(exc))
+            return
+        self._interactions.add(interaction)
+        try:
+            inbound = self._interaction_inbound(interaction, name, args)
+        except Exception:
+            log.exception("discord: could not read interaction %s; skipped", interaction.id)
+            return
+        self._dispatch(inbound)
+
+    def _interaction_inbound(self, interaction: discord.Interaction, name: str, args: str) -> Inbound:
+        chat_type: ChatType
+        if interaction.guild_id is None:
+            chat_type, chat_id, thread_id = "dm", str(interaction.channel_id), None
+        elif interaction.channel is not None:
+            chat_type, chat_id, thread_id = _where(interaction.channel)
+        else:
+            chat_type, chat_id, thread_id = "group", str(interaction.channel_id), None
+        user = interaction.user
+        return Inbound(
+            platform="discord",
+            chat_id=chat_id,
+            chat_type=chat_type,
+            thread_id=thread_id,
+            user_id=str(user.id),
+            user_name=user.display_name,
+            message_id=str(interaction.id),
+            text=f"/{name} {args}".strip(),
+            is_command=True,
+            command=name,
+            command_args=args,
+            is_admin_hint=self._has_admin_role(user),
+            received_at=interaction.created_at,
+        )
 
     # -- inbound ---------------------------------------------------------------------------------
     async def on_message(self, message: discord.Message) -> None:
@@ -230,6 +312,12 @@ def _where(channel: Any) -> tuple[ChatType, str, str | None]:
     if isinstance(channel, discord.DMChannel):
         return "dm", str(channel.id), None
     return "group", str(channel.id), None
+
+
+def _why(exc: BaseException) -> str:
+    """A short reason without request details (which could carry an interaction token)."""
+    status = getattr(exc, "status", None)
+    return f"{type(exc).__name__} {status}" if status else type(exc).__name__
 
 
 def _replies_to(message: discord.Message, user_id: int) -> bool:

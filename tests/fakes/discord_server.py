@@ -2,7 +2,9 @@
 
 One aiohttp app serves ``/api/v10/...`` and the gateway websocket at ``/``: HELLO, heartbeat ACKs,
 IDENTIFY → READY → GUILD_CREATE (one guild with a text channel, a thread and two roles), then whatever the
-test dispatches. Like real Discord it blanks guild message content when IDENTIFY lacks the
+test dispatches. For slash commands it takes the global command sync (``PUT /applications/{id}/commands``),
+dispatches INTERACTION_CREATE (:meth:`FakeDiscord.inject_interaction`) and records the interaction callback,
+the edit of the original response and followups (``interaction_replies``). Like real Discord it blanks guild message content when IDENTIFY lacks the
 message-content intent (unless the bot is mentioned) and refuses messages over 2,000 characters.
 Use :meth:`FakeDiscord.patch_client_urls` (or the ``fake_discord`` fixture, which does it) so discord.py
 connects here.
@@ -43,6 +45,17 @@ class SentMessage:
 
 
 @dataclass
+class InteractionReply:
+    """One message the bot posted through an interaction's webhook: the original response or a followup."""
+
+    kind: str  # "original" (PATCH …/messages/@original) or "followup" (POST /webhooks/{app}/{token})
+    token: str
+    content: str
+    allowed_mentions: dict[str, Any] | None
+    at: float
+
+
+@dataclass
 class _Failure:
     times: int
     retry_after: float
@@ -65,6 +78,11 @@ class FakeDiscord:
     identify: dict[str, Any] | None = None
     requests: list[str] = field(default_factory=list)
     refused_channels: dict[int, int] = field(default_factory=dict)
+    synced_commands: list[dict[str, Any]] | None = None
+    interaction_callbacks: list[dict[str, Any]] = field(default_factory=list)
+    interaction_replies: list[InteractionReply] = field(default_factory=list)
+    command_sync_status: int = 200
+    interaction_callback_status: int = 200
     port: int = 0
 
     def __post_init__(self) -> None:
@@ -83,6 +101,10 @@ class FakeDiscord:
         app.router.add_get("/api/v10/oauth2/applications/@me", self._application)
         app.router.add_post("/api/v10/channels/{channel_id}/messages", self._create_message)
         app.router.add_post("/api/v10/channels/{channel_id}/typing", self._typing)
+        app.router.add_put("/api/v10/applications/{app_id}/commands", self._sync_commands)
+        app.router.add_post("/api/v10/interactions/{interaction_id}/{token}/callback", self._interaction_callback)
+        app.router.add_patch("/api/v10/webhooks/{app_id}/{token}/messages/@original", self._edit_original)
+        app.router.add_post("/api/v10/webhooks/{app_id}/{token}", self._followup)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -109,7 +131,7 @@ class FakeDiscord:
 
     def fail_next(self, route: str, times: int = 1, retry_after: float = 0.3, via: bool = True,
                   is_global: bool = False) -> None:
-        """Answer the next ``times`` calls of ``route`` ("messages" or "typing") with 429.
+        """Answer the next ``times`` calls of ``route`` ("messages", "typing" or "followup") with 429.
 
         With ``via`` (what Discord's edge adds) discord.py waits and retries; without it discord.py treats
         the 429 as a Cloudflare ban and raises at once.
@@ -165,6 +187,55 @@ class FakeDiscord:
             message = {**message, "content": ""}
         await self.dispatch("MESSAGE_CREATE", message)
         return message
+
+    def make_interaction(
+        self,
+        name: str,
+        options: dict[str, str] | None = None,
+        *,
+        channel_id: int = CHANNEL_ID,
+        user_id: int = 42,
+        user_name: str = "alice",
+        role_ids: tuple[int, ...] = (),
+    ) -> dict[str, Any]:
+        """An INTERACTION_CREATE payload for the slash command ``/name`` with string ``options``."""
+        self._next_id += 1
+        command_id = next((c["id"] for c in self.synced_commands or () if c["name"] == name), "0")
+        interaction: dict[str, Any] = {
+            "id": str(self._next_id), "application_id": str(BOT_ID), "type": 2, "token": f"itoken-{self._next_id}",
+            "version": 1, "attachment_size_limit": 8 * 1024 * 1024, "locale": "en-US", "app_permissions": "0",
+            "data": {"id": command_id, "name": name, "type": 1,
+                     "options": [{"name": k, "type": 3, "value": v} for k, v in (options or {}).items()]},
+            "channel_id": str(channel_id),
+        }
+        if channel_id == DM_CHANNEL_ID:
+            user = _user(user_id, user_name)
+            interaction.update(context=1, user=user,
+                               channel={"id": str(channel_id), "type": 1, "recipients": [user]})
+        else:
+            kind = 11 if channel_id == THREAD_ID else 0
+            interaction.update(context=0, guild_id=str(GUILD_ID), guild_locale="en-US",
+                               channel={"id": str(channel_id), "type": kind, "guild_id": str(GUILD_ID)},
+                               member={"user": _user(user_id, user_name), "roles": [str(r) for r in role_ids],
+                                       "joined_at": "2024-01-01T00:00:00+00:00", "deaf": False, "mute": False,
+                                       "flags": 0, "nick": None, "permissions": "0"})
+        return interaction
+
+    async def inject_interaction(self, name: str, options: dict[str, str] | None = None,
+                                 **kwargs: Any) -> dict[str, Any]:
+        """Dispatch INTERACTION_CREATE for :meth:`make_interaction`; returns the payload."""
+        interaction = self.make_interaction(name, options, **kwargs)
+        await self.dispatch("INTERACTION_CREATE", interaction)
+        return interaction
+
+    async def wait_for_interaction_replies(self, count: int, within_s: float = 10.0) -> list[InteractionReply]:
+        """Wait until the bot has posted at least ``count`` interaction messages."""
+        deadline = time.monotonic() + within_s
+        while len(self.interaction_replies) < count:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"bot sent {len(self.interaction_replies)} of {count} interaction messages")
+            await asyncio.sleep(0.02)
+        return list(self.interaction_replies)
 
     async def wait_for_messages(self, count: int, within_s: float = 10.0) -> list[SentMessage]:
         """Wait until the bot has posted at least ``count`` messages."""
@@ -232,6 +303,52 @@ class FakeDiscord:
         self.typing_calls.append((int(request.match_info["channel_id"]), time.monotonic()))
         self.requests.append(f"{request.method} {request.path}")
         return web.Response(status=204)
+
+    async def _sync_commands(self, request: web.Request) -> web.Response:
+        if self.command_sync_status != 200:
+            return self._json(request, {"message": "Missing Access", "code": 50001},
+                              status=self.command_sync_status)
+        commands = await request.json()
+        self.synced_commands = [
+            {"type": 1, "options": [], **command, "id": str(5000 + index), "application_id": str(BOT_ID),
+             "version": "1"}
+            for index, command in enumerate(commands)]
+        return self._json(request, self.synced_commands)
+
+    async def _interaction_callback(self, request: web.Request) -> web.Response:
+        if self.interaction_callback_status != 200:
+            return self._json(request, {"message": "Unknown interaction", "code": 10062},
+                              status=self.interaction_callback_status)
+        body = await request.json()
+        interaction_id = request.match_info["interaction_id"]
+        self.interaction_callbacks.append({"id": interaction_id, "token": request.match_info["token"], **body})
+        return self._json(request, {
+            "interaction": {"id": interaction_id, "type": 2, "response_message_loading": body.get("type") == 5,
+                            "response_message_ephemeral": False},
+            "resource": {"type": body.get("type")}})
+
+    async def _edit_original(self, request: web.Request) -> web.Response:
+        return await self._interaction_message(request, "original")
+
+    async def _followup(self, request: web.Request) -> web.Response:
+        limited = self._rate_limited(request, "followup")
+        return limited if limited is not None else await self._interaction_message(request, "followup")
+
+    async def _interaction_message(self, request: web.Request, kind: str) -> web.Response:
+        token = request.match_info["token"]
+        if not any(c["token"] == token for c in self.interaction_callbacks):
+            return self._json(request, {"message": "Unknown Webhook", "code": 10015}, status=404)
+        body = await request.json()
+        content = str(body.get("content") or "")
+        if not content.strip() or len(content) > TEXT_LIMIT:
+            return self._json(request, {"message": "Invalid Form Body", "code": 50035}, status=400)
+        self.interaction_replies.append(
+            InteractionReply(kind, token, content, body.get("allowed_mentions"), time.monotonic()))
+        self._next_id += 1
+        message = self.make_message(content)
+        message.update({"id": str(self._next_id), "author": _user(BOT_ID, "testbot", bot=True), "mentions": [],
+                        "webhook_id": str(BOT_ID), "application_id": str(BOT_ID)})
+        return self._json(request, message)
 
     # -- gateway ---------------------------------------------------------------------------------
     async def _gateway(self, request: web.Request) -> web.WebSocketResponse:

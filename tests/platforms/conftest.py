@@ -9,7 +9,7 @@ fixture, and ``telegram.api_base_url`` points at the fake as it would at a local
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,21 +65,38 @@ async def until(condition: Callable[[], bool], within_s: float = 10.0) -> None:
         await asyncio.sleep(0.02)
 
 
+PlatformsFactory = Callable[..., Awaitable[Platforms]]
+
+
 @pytest.fixture
-async def platforms(fake_discord: FakeDiscord, fake_telegram: FakeTelegram,  # noqa: F811
-                    fake_llm: FakeLLMServer, tmp_path: Path) -> AsyncIterator[Platforms]:  # noqa: F811
-    """The real gateway with the real DiscordAdapter and TelegramAdapter, built from settings, started."""
-    settings = make_settings(
-        fake_llm, tmp_path,
-        # A small window, so a few dozen stored messages are enough history for /compress to act on.
-        llm={"context_length": 8_000},
-        gateway={"admins": [f"discord:{DISCORD_ADMIN}", f"telegram:{TELEGRAM_ADMIN}"]},
-        discord={"token": fake_discord.token, "admin_role_ids": [str(ADMIN_ROLE_ID)]},
-        telegram={"token": fake_telegram.token, "api_base_url": fake_telegram.api_root},
-    )
-    gateway = Gateway(await build_runtime(settings), build_adapters(settings))
-    await gateway.start()
-    try:
-        yield Platforms(gateway, fake_discord, fake_telegram, fake_llm)
-    finally:
+async def make_platforms(fake_discord: FakeDiscord, fake_telegram: FakeTelegram,  # noqa: F811
+                         fake_llm: FakeLLMServer, tmp_path: Path) -> AsyncIterator[PlatformsFactory]:  # noqa: F811
+    """Start the real gateway with the real DiscordAdapter and TelegramAdapter, built from settings
+    (``discord={...}`` etc. add to the defaults); closed after the test."""
+    started: list[Gateway] = []
+
+    async def make(**sections: dict[str, Any]) -> Platforms:
+        base: dict[str, dict[str, Any]] = {
+            # A small window, so a few dozen stored messages are enough history for /compress to act on.
+            "llm": {"context_length": 8_000},
+            "gateway": {"admins": [f"discord:{DISCORD_ADMIN}", f"telegram:{TELEGRAM_ADMIN}"]},
+            "discord": {"token": fake_discord.token, "admin_role_ids": [str(ADMIN_ROLE_ID)]},
+            "telegram": {"token": fake_telegram.token, "api_base_url": fake_telegram.api_root},
+        }
+        for name, values in sections.items():
+            base[name] = {**base.get(name, {}), **values}
+        settings = make_settings(fake_llm, tmp_path, **base)
+        gateway = Gateway(await build_runtime(settings), build_adapters(settings))
+        started.append(gateway)
+        await gateway.start()
+        return Platforms(gateway, fake_discord, fake_telegram, fake_llm)
+
+    yield make
+    for gateway in started:
         await gateway.aclose(grace_seconds=5)
+
+
+@pytest.fixture
+async def platforms(make_platforms: PlatformsFactory) -> Platforms:
+    """Both platforms served by one gateway with the default test settings."""
+    return await make_platforms()
