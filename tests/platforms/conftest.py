@@ -39,8 +39,9 @@ class Platforms:
     llm: FakeLLMServer
 
     def sent_texts(self) -> list[str]:
-        """Everything either platform recorded as sent by the bot."""
-        return [m.content for m in self.discord.sent_messages] + [m.text for m in self.telegram.sent_messages]
+        """Everything either platform recorded as sent by the bot: messages, interaction responses, edits."""
+        return ([m.content for m in self.discord.sent_messages] + [r.content for r in self.discord.interaction_replies]
+                + [m.text for m in self.telegram.sent_messages] + [str(e.get("text")) for e in self.telegram.edits])
 
     async def bulk_history(self, platform: str, chat_key: str, messages: list[dict[str, Any]]) -> str:
         """Store ``messages`` as the open session of ``platform``/``chat_key`` before the gateway loads it."""
