@@ -46,6 +46,10 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
         if parsed.database and parsed.database != ":memory:" and not parsed.database.startswith("file:"):
             # A fresh checkout has no data dir yet; SQLite would fail with "unable to open database file".
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        # pysqlite runs in driver-level autocommit here (we issue BEGIN ourselves and every read()/write()
+        # ends its transaction), so the pool's rollback-on-checkin is a no-op that still costs an aiosqlite
+        # thread round trip per checkout.
+        kwargs.setdefault("pool_reset_on_return", None)
         engine = create_async_engine(parsed, **kwargs)
         _install_sqlite_hooks(engine)
         return engine

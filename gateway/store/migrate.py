@@ -15,7 +15,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gateway.store.database import create_engine, write
+from gateway.store.database import create_engine, read, write
 
 __all__ = ["HEAD", "MIGRATIONS_DIR", "alembic_config", "current_revision", "downgrade_database", "upgrade_database"]
 
@@ -78,5 +78,5 @@ async def downgrade_database(url: str, revision: str) -> None:
 
 async def current_revision(engine: AsyncEngine) -> str | None:
     """The revision the database is at (None for an empty database)."""
-    async with engine.connect() as conn:
+    async with read(engine) as conn:
         return await conn.run_sync(lambda sync: MigrationContext.configure(sync).get_current_revision())
