@@ -10,10 +10,10 @@ index can serve.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import Select, and_, func, literal_column, select, text
+from sqlalchemy import Select, and_, func, literal_column, or_, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.store.database import read
@@ -98,10 +98,17 @@ class MessageSearch:
         return select(MessageRow.session_id, MessageRow.seq, MessageRow.role, MessageRow.created_at,
                       MessageRow.active, MessageRow.search_text)
 
-    async def search(self, query: str, *, session_id: str | None = None, limit: int = 20) -> list[SearchHit]:
-        """Messages (active or archived) containing every term of ``query``."""
+    async def search(self, query: str, *, session_id: str | None = None, limit: int = 20,
+                     session_ids: Sequence[str] | None = None, skip_active_of: str | None = None,
+                     redact: Callable[[str], str] | None = None) -> list[SearchHit]:
+        """Messages (active or archived) containing every term of ``query``.
+
+        ``session_id`` / ``session_ids`` restrict the search to those sessions; ``skip_active_of`` leaves out
+        that session's active rows (what its model already sees). ``redact`` rewrites each message's text
+        before the snippet is cut from it, so a secret is replaced whole rather than shown in part.
+        """
         terms = split_terms(query)
-        if not terms or limit <= 0:
+        if not terms or limit <= 0 or (session_ids is not None and not session_ids):
             return []
         if all(_is_word(t) for t in terms):
             stmt = self._words_postgres(terms) if self._dialect == "postgresql" else self._words_sqlite(terms)
@@ -109,7 +116,12 @@ class MessageSearch:
             stmt = self._substrings(terms)
         if session_id is not None:
             stmt = stmt.where(MessageRow.session_id == session_id)
+        if session_ids is not None:
+            stmt = stmt.where(MessageRow.session_id.in_(list(session_ids)))
+        if skip_active_of is not None:
+            stmt = stmt.where(or_(MessageRow.session_id != skip_active_of, MessageRow.active.is_(False)))
         async with read(self._engine) as conn:
             rows = list(await conn.execute(stmt.limit(limit)))
+        clean = redact or (lambda body: body)
         return [SearchHit(session_id=r.session_id, seq=r.seq, role=r.role, created_at=r.created_at,
-                          snippet=snippet(r.search_text, terms), archived=not r.active) for r in rows]
+                          snippet=snippet(clean(r.search_text), terms), archived=not r.active) for r in rows]

@@ -92,3 +92,43 @@ def test_snippet_centres_on_the_match() -> None:
 
 def test_terms_split_on_whitespace_once_each() -> None:
     assert split_terms("  a  b a\tc ") == ["a", "b", "c"]
+
+
+async def test_session_ids_filter_and_skipping_what_the_model_sees(store: Store, archived_session: str) -> None:
+    child = await store.sessions.get_or_create_active("tg", "child")
+    await store.messages.append(child.id, [user("redis lock again"), user("old redis lock note")], [5, 5])
+    active = await store.messages.load_active(child.id)
+    await store.compactions.replace_active(child.id, [user("redis lock summary")], [5], active.watermark)
+    stranger = await store.sessions.get_or_create_active("tg", "stranger")
+    await store.messages.append(stranger.id, [user("the redis lock of someone else")], [5])
+    both = [archived_session, child.id]
+    hits = await store.search("redis lock", session_ids=both, skip_active_of=child.id)
+    assert {(h.session_id, h.seq, h.archived) for h in hits} == {
+        (archived_session, 1, True), (child.id, 1, True), (child.id, 2, True)}
+    kept = await store.search("redis lock", session_ids=[child.id])
+    assert {(h.seq, h.archived) for h in kept} == {(1, True), (2, True), (4, False)}
+    assert await store.search("redis lock", session_ids=[]) == []
+
+
+async def test_substring_search_within_sessions(store: Store, archived_session: str) -> None:
+    other = await store.sessions.get_or_create_active("tg", "other")
+    await store.messages.append(other.id, [user("deploy/config.yaml is mine")], [5])
+    current = await store.sessions.get_or_create_active("tg", "current")
+    await store.messages.append(current.id, [user("deploy/config.yaml, 上下文 too")], [5])
+    scope = [archived_session, current.id]
+    for query in ("deploy/config.yaml", "上下文"):
+        hits = await store.search(query, session_ids=scope, skip_active_of=current.id)
+        assert [(h.session_id, h.archived) for h in hits] == [(archived_session, True)]
+        everything = await store.search(query, session_ids=scope)
+        assert {h.session_id for h in everything} == {archived_session, current.id}
+
+
+async def test_redact_runs_before_the_snippet_is_cut(store: Store) -> None:
+    session = await store.sessions.get_or_create_active("tg", "secret")
+    secret = "sk-proj-" + "A1b2C3d4" * 6
+    await store.messages.append(session.id, [user(f"deploy note: the key {secret} belongs to staging " + "x " * 80)],
+                                [5])
+    [raw] = await store.search("staging")
+    [clean] = await store.search("staging", redact=lambda body: body.replace(secret, "[REDACTED]"))
+    assert "A1b2C3d4" in raw.snippet  # the unredacted snippet shows part of the key
+    assert "A1b2C3d4" not in clean.snippet and "[REDACTED]" in clean.snippet
