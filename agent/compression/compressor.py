@@ -274,7 +274,9 @@ class ContextCompressor(ContextEngine):
 
     def _plan(self, messages: Sequence[Mapping[str, Any]]) -> tuple[PruneResult | None, Boundaries | None]:
         """Prune + boundaries; (None, None) when the guard applies, (pruned, None) when there is no middle."""
-        decayed = self._decayed() or find_latest_summary(messages) is not None
+        # Decided from the messages, not the remembered summary: compress() drops a summary these messages
+        # do not contain (R-C7), and has_content_to_compress must predict that compress() exactly (R-C10).
+        decayed = self._state.compression_count >= 1 or find_latest_summary(messages) is not None
         head = head_size(messages, self.protect_first_n, decayed)
         if len(messages) <= head + MIN_GUARD_MESSAGES:
             return None, None

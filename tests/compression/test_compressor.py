@@ -87,6 +87,19 @@ async def test_previous_summary_rehydrates_from_messages_and_foreign_one_is_drop
     assert "resumed goal" not in out.messages[out.head_end]["content"]
 
 
+async def test_has_content_ignores_a_remembered_foreign_summary_like_compress_does() -> None:
+    # R-C10 must answer for the compress() that would follow; compress() drops a remembered summary that is not
+    # in the messages (R-C7), so the head does not decay and everything here is in the protected head and tail.
+    compressor = make_compressor(protect_first_n=3, protect_last_n=3)
+    compressor.on_session_start("s1", [system(), assistant(format_summary("## Goal\nother session"))])
+    words = "word " * 200
+    messages = [system(), *(user(f"u{i} {words}") if i % 2 == 0 else assistant(f"a{i} {words}") for i in range(8))]
+    predicted = compressor.has_content_to_compress(messages)
+    out = await compressor.compress(messages)
+    assert not out.compressed and out.reason.endswith("protected head and tail")
+    assert predicted is out.compressed
+
+
 async def test_anti_thrashing_blocks_after_two_ineffective_compressions() -> None:
     compressor = make_compressor(context_length=8_000)
     assert not compressor.should_compress(compressor.threshold_tokens - 1)
