@@ -84,6 +84,10 @@ class SessionQueues(Generic[K, T]):
                         done.set_result(None)
                 finally:
                     lane.items.popleft()
+                if _cancel_requested():
+                    # The item swallowed our cancellation (the agent loop ends a cancelled turn cleanly); the
+                    # messages behind it must not run after the shutdown grace period.
+                    raise asyncio.CancelledError
         finally:
             for _, done in lane.items:
                 done.cancel()
@@ -101,3 +105,8 @@ class SessionQueues(Generic[K, T]):
         if late:
             log.warning("shutdown: cancelled %d session(s) still busy after %.0f s", len(late), grace_seconds)
             await asyncio.gather(*late, return_exceptions=True)
+
+
+def _cancel_requested() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0

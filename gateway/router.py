@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 FAILURE_TEXT = "⚠️ Something went wrong while handling your message. Please try again."
 EMPTY_ANSWER = "(The model returned an empty answer.)"
+INTERRUPTED_TEXT = "⚠️ I was interrupted (the bot is restarting) before I could answer. Ask me to continue."
 CONTEXT_HEADER = "[Earlier messages in this channel, not addressed to you]"
 
 
@@ -125,6 +126,8 @@ class Router:
                                       notices=notices, events=self.events)
         if result.stop_reason is StopReason.ERROR:
             return []  # the loop already sent its error as a notice
+        if result.stop_reason is StopReason.CANCELLED:
+            return [INTERRUPTED_TEXT]  # shutdown cut the turn off; what it did so far is stored
         return [result.text or EMPTY_ANSWER]
 
     def _user_message(self, key: SessionKey, live: LiveSession, inbound: Inbound) -> dict[str, Any]:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from gateway.app import EXIT_NOT_CONFIGURED, build_adapters, run_gateway
 from gateway.config import load_settings
+from gateway.router import INTERRUPTED_TEXT
+from gateway.store import Store
 from tests.conftest import REPO_ROOT
 from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.gateway.conftest import GatewayFactory
@@ -110,3 +112,25 @@ def test_every_platform_with_a_token_gets_an_adapter_and_no_console(tmp_path: Pa
     settings = load_settings(storage={"data_dir": str(tmp_path)}, discord={"token": "d-token"},
                              telegram={"token": "123:t-token"})
     assert [a.name for a in build_adapters(settings)] == ["discord", "telegram"]
+
+
+async def test_a_turn_cut_off_by_shutdown_says_so_and_is_kept(gateway_factory: GatewayFactory,
+                                                               fake_llm: FakeLLMServer) -> None:
+    gateway, adapter = await gateway_factory()
+    asked = asyncio.Event()
+
+    def respond(body: dict) -> Reply:
+        asked.set()
+        return Reply("too late", delay=5)
+
+    fake_llm.responder = respond
+    turn = asyncio.create_task(adapter.say("hello"))
+    await asyncio.wait_for(asked.wait(), 10)
+    await asyncio.wait_for(gateway.aclose(grace_seconds=0.1), 10)
+    await asyncio.gather(turn, return_exceptions=True)
+    assert adapter.texts() == [INTERRUPTED_TEXT]
+    async with await Store.open(gateway.rt.settings.storage.url, migrate=False) as store:
+        record = await store.sessions.get_active("discord", "dm:c1")
+        assert record is not None
+        kept = (await store.messages.load_active(record.id)).messages
+    assert kept[0] == {"role": "user", "content": "hello"}  # the user's message is not lost

@@ -92,3 +92,26 @@ async def test_close_cancels_work_past_the_timeout() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert queues.busy == 0
+
+
+async def test_close_stops_a_lane_whose_item_swallowed_the_cancellation() -> None:
+    # The agent loop turns a cancellation into a CANCELLED turn and returns normally; the lane must still stop
+    # instead of running every message queued behind it after the shutdown grace period.
+    done: list[int] = []
+
+    async def process(key: str, item: int) -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            pass
+        done.append(item)
+
+    queues: SessionQueues[str, int] = SessionQueues(process)
+    tasks = [asyncio.create_task(queues.submit("k", i)) for i in range(3)]
+    await asyncio.sleep(0)
+    await asyncio.wait_for(queues.aclose(grace_seconds=0.05), 2)
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert done == [0]
+    assert results[0] is None
+    assert all(isinstance(r, asyncio.CancelledError) for r in results[1:])
+    assert queues.busy == 0
