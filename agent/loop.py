@@ -290,7 +290,8 @@ class AgentLoop:
                 await self.memory.on_pre_compress(turn.messages)
             except Exception:  # rescuing memories is best effort; it must not block the compression
                 log.warning("memory on_pre_compress failed", exc_info=True)
-        if not turn.told_compacting and self.engine.has_content_to_compress(framed):
+        # Announced only when a summary call will really be made (not for a static fallback in a cooldown).
+        if not turn.told_compacting and self.engine.will_summarize(framed, force=force):
             turn.told_compacting = True
             await emit_notice(self.notices, compacting_notice())
         result = await self.engine.compress(framed, current_tokens=tokens, force=force)

@@ -33,7 +33,7 @@ from agent.compression.fallback import build_static_summary
 from agent.compression.feasibility import feasible_threshold, summary_output_reserve
 from agent.compression.prune import PruneResult, find_prune_boundary, prune_messages
 from agent.compression.state import CompressorState
-from agent.compression.summarizer import ABORT_WARNING, request_summary
+from agent.compression.summarizer import ABORT_WARNING, request_summary, summary_call_allowed
 from agent.compression.summary import (
     SUMMARIZER_SYSTEM,
     build_summary_prompt,
@@ -262,6 +262,12 @@ class ContextCompressor(ContextEngine):
     def has_content_to_compress(self, messages: Sequence[Mapping[str, Any]]) -> bool:
         """False when everything is in the protected head/tail, so /compress needs no LLM call (R-C10)."""
         return self._plan(messages)[1] is not None
+
+    def will_summarize(self, messages: Sequence[Mapping[str, Any]], *, force: bool = False) -> bool:
+        """True only when compress() would call the summary model now: there is a middle, a summary provider,
+        and no cooldown (unless ``force``). Otherwise it would insert the static summary or abort, unpaid."""
+        allowed = summary_call_allowed(self._state, self._summary_provider, now=self._clock(), force=force)
+        return allowed and self.has_content_to_compress(messages)
 
     # -- the pipeline -----------------------------------------------------------------------------------
 

@@ -106,6 +106,11 @@ class ContextEngine(ABC):
         """False when everything is protected, so /compress can answer without an LLM call."""
         return len(messages) > 0
 
+    def will_summarize(self, messages: Sequence[Mapping[str, Any]], *, force: bool = False) -> bool:
+        """Whether ``compress(messages, force=force)`` would call a model now: the "compacting…" notice is
+        shown only then. Default: whenever there is content to compress (an engine that cannot tell says so)."""
+        return self.has_content_to_compress(messages)
+
     def on_session_start(self, session_id: str, messages: Sequence[Mapping[str, Any]] = ()) -> None:  # noqa: B027
         """A session (re)starts with these messages; rehydrate state from them."""
 

@@ -29,6 +29,7 @@ __all__ = [
     "TRANSIENT_COOLDOWN_MIN_S",
     "SummaryOutcome",
     "request_summary",
+    "summary_call_allowed",
 ]
 
 NO_PROVIDER_COOLDOWN_S = 600.0
@@ -77,6 +78,12 @@ async def _call(provider: Provider, prompt: str, max_tokens: int) -> str:
     return clean_summary_output(completion.text)
 
 
+def summary_call_allowed(state: CompressorState, summary_provider: Provider | None, *, now: float,
+                         force: bool) -> bool:
+    """Whether `request_summary` would call a model now: a summary provider, and no cooldown unless forced."""
+    return summary_provider is not None and (force or now >= state.cooldown_until)
+
+
 async def request_summary(
     state: CompressorState,
     *,
@@ -95,7 +102,7 @@ async def request_summary(
     if summary_provider is None:
         state.cooldown_until = now + NO_PROVIDER_COOLDOWN_S
         return _failure(state, "no summary provider configured", abort_on_failure)
-    if not force and now < state.cooldown_until:
+    if not summary_call_allowed(state, summary_provider, now=now, force=force):
         return _failure(state, f"summary model cooling down ({state.cooldown_until - now:.0f}s left)", abort_on_failure)
 
     state.auth_failure = state.network_failure = False

@@ -292,3 +292,20 @@ async def test_cancel_while_the_gateway_persists_a_compaction(fake_llm: FakeLLMS
     assert result.compacted and result.compactions[0].session_id == "s1"
     assert len(result.messages) == len(result.compactions[0].result.messages) - 1
     assert fake_llm.requests == []
+
+
+async def test_compacting_is_announced_only_when_a_summary_call_will_be_made(fake_llm: FakeLLMServer) -> None:
+    from agent.compression.compressor import ContextCompressor
+    from tests.compression.helpers import ScriptedProvider
+
+    # No summary model (or one cooling down): the static fallback is inserted silently, no "compacting…".
+    static = ContextCompressor(context_length=8_000, summary_provider=None)
+    sinks = Sinks()
+    result = await _loop(fake_llm, static, sinks).run_turn(history(40), "q")  # type: ignore[arg-type]
+    assert result.compacted and result.compactions[0].result.summary_kind == "static"
+    assert "compacting" not in sinks.kinds()
+
+    paid = ContextCompressor(context_length=8_000, summary_provider=ScriptedProvider(["## Goal\nanswer q"]))
+    sinks = Sinks()
+    result = await _loop(fake_llm, paid, sinks).run_turn(history(40), "q")  # type: ignore[arg-type]
+    assert result.compactions[0].result.summary_kind == "llm" and sinks.kinds()[0] == "compacting"

@@ -152,3 +152,23 @@ async def test_middle_is_trimmed_to_the_summary_window() -> None:
     max_tokens = provider.calls[0]["max_tokens"]
     assert max_tokens >= 2_000
     assert get_counter().count_text(prompt) + max_tokens <= 45_000, "prompt plus output fit the summary window"
+
+
+async def test_will_summarize_is_true_exactly_when_compress_calls_the_model() -> None:
+    clock = Clock()
+    aux = ScriptedProvider([ServerError("x", status=502), GOOD, GOOD], model="aux")
+    compressor = make_compressor(summary_provider=aux, clock=clock)
+    messages = coding_session(20)
+    assert not compressor.will_summarize(coding_session(1)), "nothing to compress: no call"
+    assert compressor.will_summarize(messages)
+    await compressor.compress(messages)  # fails: static summary, transient cooldown
+    assert len(aux.calls) == 1 and compressor.cooldown_remaining > 0
+    assert not compressor.will_summarize(messages), "a cooldown means a static summary, no call"
+    await compressor.compress(messages)
+    assert len(aux.calls) == 1
+    assert compressor.will_summarize(messages, force=True), "/compress bypasses the cooldown"
+    await compressor.compress(messages, force=True)
+    assert len(aux.calls) == 2
+    clock.now += 60
+    assert compressor.will_summarize(messages)
+    assert not make_compressor().will_summarize(messages), "no summary provider: static summary, no call"
