@@ -64,11 +64,12 @@ _DEFAULT_PROTECT_LAST_N = 20
 
 
 class _Stop(Exception):
-    """End the turn with a user-facing error text."""
+    """End the turn with a user-facing error text (``notified``: the user has already been shown it)."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, *, notified: bool = False) -> None:
         super().__init__(text)
         self.text = text
+        self.notified = notified
 
 
 @dataclass
@@ -84,6 +85,7 @@ class _Turn:
     output_shrinks: int = 0
     images_shrunk: int = 0
     told_compacting: bool = False
+    told_aborted: bool = False
 
     def append(self, message: dict[str, Any]) -> None:
         self.messages.append(message)
@@ -140,7 +142,8 @@ class AgentLoop:
             reason, text = await self._drive(turn)
         except _Stop as stop:
             reason, error = StopReason.ERROR, stop.text
-            await emit_notice(self.notices, error_notice(error))
+            if not stop.notified:
+                await emit_notice(self.notices, error_notice(error))
         except asyncio.CancelledError:
             # The turn's owner asked it to stop; hand back a list that is valid to send again.
             reason = StopReason.CANCELLED
@@ -273,7 +276,7 @@ class AgentLoop:
                                                 tools=self.tools.schemas())
             result = await self._compress(turn, "recovery", tokens, force=True)
             if result.aborted:
-                raise _Stop(aborted_notice(result.reason).text)
+                raise _Stop(aborted_notice(result.reason).text, notified=turn.told_aborted)
             if not result.compressed:
                 raise _Stop(budget_spent_text(turn.compressions_used) if turn.compressions_used > 1 else
                             "⚠️ The conversation is too large for the model and nothing more can be compressed. "
@@ -295,7 +298,9 @@ class AgentLoop:
             turn.told_compacting = True
             await emit_notice(self.notices, compacting_notice())
         result = await self.engine.compress(framed, current_tokens=tokens, force=force)
-        if result.aborted:
+        # Every later check of the turn is still over the threshold and aborts again: warn once per turn.
+        if result.aborted and not turn.told_aborted:
+            turn.told_aborted = True
             await emit_notice(self.notices, aborted_notice(result.reason))
         if result.compressed:
             await self._after_compaction(turn, trigger, result)

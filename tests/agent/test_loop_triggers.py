@@ -309,3 +309,14 @@ async def test_compacting_is_announced_only_when_a_summary_call_will_be_made(fak
     sinks = Sinks()
     result = await _loop(fake_llm, paid, sinks).run_turn(history(40), "q")  # type: ignore[arg-type]
     assert result.compactions[0].result.summary_kind == "llm" and sinks.kinds()[0] == "compacting"
+
+
+async def test_a_frozen_conversation_is_warned_about_once_per_turn(fake_llm: FakeLLMServer) -> None:
+    # Every check of a tool-using turn is over the threshold and every compression aborts (R-C8).
+    engine, sinks = _engine(abort_reason="auth failure"), Sinks()
+    for n in range(3):
+        fake_llm.reply("", tool_calls=[{"id": f"t{n}", "name": "read", "arguments": {}}])
+    fake_llm.reply("done")
+    result = await _loop(fake_llm, engine, sinks, tools=_big_tool(5)).run_turn(history(40), "q")
+    assert result.stop_reason is StopReason.FINAL and len(engine.calls) > 2
+    assert sinks.kinds().count("compression_aborted") == 1
