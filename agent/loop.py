@@ -182,7 +182,13 @@ class AgentLoop:
         rough = estimate_request_tokens_rough(turn.messages, system=self.system_prompt, tools=schemas)
         if not cheap_gate(len(turn.messages), rough, engine.threshold_tokens, first, last):
             return
-        tokens = self._request_tokens(turn.messages, schemas)
+        tokens = self._anchored_tokens(turn.messages)
+        if tokens is None:
+            if _defers_to_real_usage(engine):
+                # R-P1: the provider's real prompt_tokens proved the compacted list fits; our own count (other
+                # tokenizer, schema-heavy) must not compress it again. The post-response check has real numbers.
+                return
+            tokens = self._request_tokens(turn.messages, schemas)
         for _ in range(self.config.preflight_passes):
             if not await self._should_compress(tokens):
                 return
@@ -194,12 +200,18 @@ class AgentLoop:
             if not made_progress(before_n, before_t, len(turn.messages), tokens, self.config.min_progress_ratio):
                 return
 
+    def _anchored_tokens(self, messages: Sequence[Mapping[str, Any]]) -> int | None:
+        """Real usage of the request the provider already measured plus the exact size of what came after;
+        None when ``messages`` no longer extends that request."""
+        if self._anchor is None:
+            return None
+        return self._anchor.estimate(messages, self.system_prompt, self.counter)
+
     def _request_tokens(self, messages: Sequence[Mapping[str, Any]], schemas: list[dict[str, Any]]) -> int:
         """Exact request size, anchored on real usage when the provider already measured a prefix of it."""
-        if self._anchor is not None:
-            anchored = self._anchor.estimate(messages, self.system_prompt, self.counter)
-            if anchored is not None:
-                return anchored
+        anchored = self._anchored_tokens(messages)
+        if anchored is not None:
+            return anchored
         return self.counter.count_request(messages, system=self.system_prompt, tools=schemas)
 
     # --- trigger ②: post-response -----------------------------------------------------------------------
@@ -362,6 +374,11 @@ def _protected_counts(engine: ContextEngine) -> tuple[int, int]:
 def _ineffective_streak(engine: ContextEngine) -> int:
     """Ineffective compressions in a row the engine reports (`ContextCompressor.ineffective_count`)."""
     return int(getattr(engine, "ineffective_count", 0) or 0)
+
+
+def _defers_to_real_usage(engine: ContextEngine) -> bool:
+    """Whether the engine says real usage already proved the list fits (`ContextCompressor.deferred_to_real_usage`)."""
+    return bool(getattr(engine, "deferred_to_real_usage", False))
 
 
 def _lower_context_length(engine: ContextEngine, context_length: int) -> None:

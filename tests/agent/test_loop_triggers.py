@@ -320,3 +320,30 @@ async def test_a_frozen_conversation_is_warned_about_once_per_turn(fake_llm: Fak
     result = await _loop(fake_llm, engine, sinks, tools=_big_tool(5)).run_turn(history(40), "q")
     assert result.stop_reason is StopReason.FINAL and len(engine.calls) > 2
     assert sinks.kinds().count("compression_aborted") == 1
+
+
+async def test_preflight_defers_to_the_engine_when_real_usage_proved_the_compacted_list_fits(
+        fake_llm: FakeLLMServer) -> None:
+    from agent.compression.compressor import ContextCompressor
+    from agent.llm.base import Usage
+
+    # A restarted gateway: the engine remembers (R-P1) that the provider measured the compacted list below the
+    # threshold, but this fresh loop has no real-usage anchor; our tokenizer over-counts the same list.
+    engine = ContextCompressor(context_length=8_000, summary_provider=None)
+    engine.last_prompt_tokens = -1
+    engine.update_from_response(Usage(prompt_tokens=3_000))
+    assert engine.deferred_to_real_usage
+    old = history(40)
+    assert get_counter().count_messages(old) > engine.threshold_tokens
+    fake_llm.reply("fits", usage={"prompt_tokens": 3_500})
+    result = await _loop(fake_llm, engine).run_turn(old, "q")  # type: ignore[arg-type]
+    assert not result.compacted and result.text == "fits"
+    # Real usage stays the judge: a report over the threshold ends the deferral, and the next check compresses.
+    assert engine.deferred_to_real_usage
+    fake_llm.reply("over", usage={"prompt_tokens": engine.threshold_tokens + 1})
+    fake_llm.reply("after")
+    loop = _loop(fake_llm, engine)  # type: ignore[arg-type]
+    await loop.run_turn(result.messages, "q2")
+    assert not engine.deferred_to_real_usage
+    third = await loop.run_turn(result.messages, "q3")
+    assert third.compacted and third.compactions[0].trigger == "preflight"
