@@ -179,6 +179,15 @@ class Adapter(ABC):
     async def stop(self) -> None:
         """Disconnect; idempotent."""
 
+    async def stop_receiving(self) -> None:
+        """First step of a graceful shutdown: hand nothing more to the callback; sending still works.
+
+        What is already dispatched reaches the callback first. Platforms that redeliver (Telegram) override
+        this to stop fetching, so what arrives from now on waits there for the next process.
+        """
+        self._handler = None
+        await asyncio.sleep(0)  # let dispatched handler tasks take their first step into the callback
+
     @abstractmethod
     def typing(self, chat: ChatRef | Inbound) -> contextlib.AbstractAsyncContextManager[None]:
         """Keep the platform's typing indicator on in ``chat`` while the block runs."""
@@ -200,6 +209,7 @@ class Adapter(ABC):
     def _dispatch(self, inbound: Inbound) -> None:
         """Hand ``inbound`` to the callback in its own task, so a slow turn never stalls the platform."""
         if self._handler is None:
+            log.warning("%s: message %s arrived while shutting down; not handled", self.name, inbound.message_id)
             return
         task = asyncio.create_task(self._run_handler(self._handler, inbound))
         self._tasks.add(task)

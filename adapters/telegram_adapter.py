@@ -162,6 +162,15 @@ class TelegramAdapter(Adapter):
         self._running = True
         log.info("telegram: connected as @%s (%s)", self.bot_username, self.settings.mode)
 
+    async def stop_receiving(self) -> None:
+        """Stop fetching updates (Telegram keeps the unfetched ones for the next start) and hand on the
+        fetched ones; replies can still be sent."""
+        updater = self.app.updater
+        if updater is not None and updater.running:
+            await updater.stop()  # confirms exactly what was fetched
+        await self.app.update_queue.join()
+        await super().stop_receiving()
+
     async def stop(self) -> None:
         """Stop receiving, let in-flight handlers send their replies, then shut down."""
         if not self._running:

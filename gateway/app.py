@@ -213,6 +213,13 @@ class Gateway:
             return
         self._closed = True
         await self.scheduler.aclose()
+        # Intake stops first: a message fetched now could no longer be handled, and Telegram would count it
+        # as delivered. Adapters keep sending, so the turns in flight still answer.
+        for adapter in self._started:
+            try:
+                await adapter.stop_receiving()
+            except Exception:
+                log.warning("adapter %s: stop_receiving failed", adapter.name, exc_info=True)
         await self.router.aclose(grace_seconds)
         for adapter in reversed(self._started):
             with contextlib.suppress(Exception):
