@@ -148,8 +148,9 @@ def serialize_within(messages: Sequence[Message], limit_tokens: int | None, coun
 
 
 def derive_focus_topic(messages: Sequence[Message], turns: int = 3) -> str:
-    """An automatic focus: the last few user requests, newest last, clipped."""
-    asks = [content_text(m).strip() for m in messages if m.get("role") == "user" and content_text(m).strip()]
+    """An automatic focus: the last few user requests, newest last, clipped (handoff summaries are not requests)."""
+    texts = (strip_summary(content_text(m)).strip() for m in messages if m.get("role") == "user")
+    asks = [text for text in texts if text]
     joined = " | ".join(" ".join(a.split()) for a in asks[-turns:])
     return redact_secrets(joined[-_FOCUS_CHARS:])
 

@@ -64,6 +64,15 @@ def test_auto_focus_is_derived_from_last_user_turns() -> None:
     assert derive_focus_topic(messages) == "second | third | fourth ask"
 
 
+def test_auto_focus_ignores_handoff_summaries_in_user_messages() -> None:
+    # A user-role summary, and a summary merged into the first tail user message, are not the user's asks.
+    summary = format_summary("## Goal\nold goal with many details")
+    messages = [user(summary), assistant("ok"), user(f"{summary}\n\nplease fix the parser"), assistant("on it")]
+    topic = derive_focus_topic(messages)
+    assert topic == "please fix the parser"
+    assert SUMMARY_END_MARKER not in topic and "old goal" not in topic
+
+
 def test_handoff_format_and_parse_round_trip() -> None:
     text = format_summary("## Goal\nship it")
     assert text.startswith(SUMMARY_PREFIX) and text.endswith(SUMMARY_END_MARKER)
