@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from telegram import Message, MessageEntity, ReplyParameters, Update
 from telegram.constants import ChatMemberStatus
-from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TelegramError
+from telegram.error import BadRequest, Forbidden, InvalidToken, NetworkError, RetryAfter, TelegramError
 from telegram.ext import Application, ContextTypes, TypeHandler
 from telegram.request import HTTPXRequest
 
@@ -145,7 +145,13 @@ class TelegramAdapter(Adapter):
     async def start(self, on_message: InboundHandler) -> None:
         """Log in (getMe), then poll or serve the webhook; returns once updates are flowing."""
         self._handler = on_message
-        await self.app.initialize()
+        try:
+            await self.app.initialize()
+            rejected = False
+        except InvalidToken:
+            rejected = True
+        if rejected:  # raised outside the handler: PTB's own error quotes the whole token
+            raise ConnectionError("telegram rejected the bot token (check telegram.token)")
         await self.app.start()
         updater = self.app.updater
         assert updater is not None  # the builder always makes one
@@ -297,11 +303,14 @@ class TelegramAdapter(Adapter):
         return replied.from_user.id == self.app.bot.id
 
     async def _admin_hint(self, message: Message, is_command: bool) -> bool:
-        """Chat admin status, asked only for commands in groups and cached for ``admin_cache_seconds``."""
+        """Chat admin status (only with ``check_chat_admins``), asked only for commands in groups and cached
+        for ``admin_cache_seconds``."""
+        if not self.settings.check_chat_admins:
+            return False
         if message.sender_chat is not None and message.sender_chat.id == message.chat.id:
-            return True  # an anonymous group admin
+            return True  # an anonymous group admin (or the channel itself)
         user = message.from_user
-        if not (self.settings.check_chat_admins and is_command and user and message.chat.type != "private"):
+        if not (is_command and user and message.chat.type != "private"):
             return False
         key = (message.chat.id, user.id)
         cached = self._admin_cache.get(key)

@@ -6,6 +6,7 @@ import asyncio
 import base64
 import socket
 import time
+import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from typing import Any
@@ -258,7 +259,7 @@ async def test_photo_problems_keep_the_message(fake_telegram: FakeTelegram, star
 
 async def test_channel_posts_and_anonymous_admins(fake_telegram: FakeTelegram, start_telegram: StartFn) -> None:
     inbox = Inbox()
-    await start_telegram(inbox)
+    await start_telegram(inbox, check_chat_admins=True)
     channel = {"id": -100999, "type": "channel", "title": "News"}
     fake_telegram.inject_update({"channel_post": {"message_id": 1, "date": 1, "chat": channel,
                                                   "sender_chat": channel, "text": "/status"}})
@@ -303,3 +304,30 @@ def test_webhook_mode_requires_a_secret() -> None:
 
 def test_token_is_not_in_settings_repr() -> None:
     assert "SECRET" not in repr(TelegramSettings(token="1:SECRET", webhook_secret="SECRET"))
+
+
+async def test_a_rejected_token_never_reaches_the_error(telegram_settings: TelegramSettings) -> None:
+    # python-telegram-bot puts the whole token into its InvalidToken message; `concord run` would print it.
+    secret = "123456:AAE-secret-part-of-the-token"
+    adapter = TelegramAdapter(replace(telegram_settings, token=secret))
+    with pytest.raises(ConnectionError) as info:
+        await adapter.start(Inbox())
+    shown = "".join(traceback.format_exception(info.value))
+    assert "rejected the bot token" in shown
+    assert "secret-part" not in shown and info.value.__context__ is None and info.value.__cause__ is None
+
+
+async def test_anonymous_admins_count_only_with_chat_admin_checks(fake_telegram: FakeTelegram,
+                                                                  start_telegram: StartFn) -> None:
+    # Without check_chat_admins only gateway.admins grant admin rights; an anonymous group admin is still a
+    # chat administrator, so the chat-admin setting decides for them too.
+    for check in (False, True):
+        inbox = Inbox()
+        adapter = await start_telegram(inbox, check_chat_admins=check)
+        anonymous = fake_telegram.make_message("/compress", user_id=1087968824, user_name="GroupAnonymousBot",
+                                               is_bot=True)
+        anonymous["sender_chat"] = anonymous["chat"]
+        fake_telegram.inject_update({"message": anonymous})
+        [inbound] = await inbox.wait_for(1)
+        assert inbound.is_admin_hint is check
+        await adapter.stop()
