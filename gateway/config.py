@@ -308,8 +308,10 @@ _SECRET_KEYS = ("api_key", "token", "secret", "password", "url")
 
 def _describe_value(loc: tuple[Any, ...], value: Any) -> str:
     key = str(loc[-1]) if loc else ""
-    if any(word in key for word in _SECRET_KEYS) and key not in ("base_url", "api_base_url", "webhook_url",
-                                                                  "database_url"):
+    if key in ("base_url", "api_base_url", "webhook_url", "database_url"):
+        # Shown to help fix them, but a URL can carry a password (``postgres://user:password@host``).
+        return repr(_mask_url(value)) if isinstance(value, str) else repr(value)
+    if any(word in key for word in _SECRET_KEYS):
         return "'***'"
     if isinstance(value, dict | list):
         return type(value).__name__
