@@ -41,6 +41,7 @@ from adapters.base import (
     parse_command,
     utf16_len,
 )
+from adapters.logsafe import redact_in_logs
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +124,7 @@ class TelegramAdapter(Adapter):
     def __init__(self, settings: TelegramSettings) -> None:
         super().__init__()
         self.settings = settings
+        redact_in_logs(settings.token, "<telegram-token>")
         root = (settings.api_base_url or "https://api.telegram.org").rstrip("/")
         self.app: Application[Any, Any, Any, Any, Any, Any] = (
             Application.builder()

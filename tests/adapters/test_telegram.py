@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import socket
 import time
 import traceback
@@ -331,3 +332,17 @@ async def test_anonymous_admins_count_only_with_chat_admin_checks(fake_telegram:
         [inbound] = await inbox.wait_for(1)
         assert inbound.is_admin_hint is check
         await adapter.stop()
+
+
+async def test_request_logs_never_show_the_token(fake_telegram: FakeTelegram, start_telegram: StartFn,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    # Every Bot API and file URL carries the token; httpx logs each request line at INFO (seen with DEBUG on).
+    caplog.set_level(logging.DEBUG)
+    fake_telegram.files["photo1"] = b"\xff\xd8jpeg"
+    inbox = Inbox()
+    adapter = await start_telegram(inbox)
+    fake_telegram.inject_message("@testbot look", photo_file_id="photo1")
+    [inbound] = await inbox.wait_for(1)
+    await adapter.send(inbound, "seen")
+    assert "HTTP Request" in caplog.text and "/file/bot" in caplog.text
+    assert fake_telegram.token not in caplog.text
