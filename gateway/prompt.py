@@ -1,7 +1,8 @@
 """The system prompt of a session: who the bot is, where it talks, the frozen memory snapshot.
 
 Rebuilt at session start and after every compaction (R-S4); stable in between so prompt caching holds.
-A session that was compacted before carries the compressor's one-time compaction note.
+A session that was compacted before carries the compressor's one-time compaction note and a pointer to
+the search_history tool that looks up what the compaction took out of view.
 """
 
 from __future__ import annotations
@@ -9,9 +10,12 @@ from __future__ import annotations
 from agent.compression.assemble import add_compaction_note
 from agent.memory import MemoryProvider
 from gateway.keys import SessionKey
+from gateway.recall import RECALL_TOOL
 
-__all__ = ["build_system_prompt", "speaker_tag"]
+__all__ = ["RECALL_HINT", "build_system_prompt", "speaker_tag"]
 
+RECALL_HINT = (f"Earlier turns compacted away are kept word for word: look up exact values from them "
+               f"(ids, numbers, error texts, constraints) with the {RECALL_TOOL} tool instead of guessing.")
 _PLATFORM_NAMES = {"discord": "Discord", "telegram": "Telegram", "console": "a terminal"}
 
 
@@ -29,7 +33,8 @@ def build_system_prompt(bot_name: str, key: SessionKey, memory: MemoryProvider, 
     prompt = "\n\n".join(parts)
     if compacted:
         noted = add_compaction_note({"role": "system", "content": prompt})
-        prompt = str(noted["content"])
+        # Part of the note, so the prompt changes only once, at the first compaction (R-K2).
+        prompt = f"{noted['content']}\n\n{RECALL_HINT}"
     return prompt
 
 

@@ -21,6 +21,7 @@ from gateway.continuity import END_IDLE, continuity_note, previous_idle_session
 from gateway.engine_state import restore_engine_state
 from gateway.keys import SessionKey
 from gateway.prompt import build_system_prompt
+from gateway.recall import recall_tool
 from gateway.runtime import Runtime
 from gateway.store import CompactionInfo, EngineState, SessionRecord
 
@@ -176,6 +177,8 @@ class SessionManager:
             provider=rt.provider, engine=engine, system_prompt=prompt, session_id=record.id, tools=tools,
             memory=memory, max_tokens=rt.settings.llm.max_tokens, model=rt.model or None, counter=rt.counter,
         )
+        # Registered last (after the loop exists) so it follows the session id through rotations.
+        tools.register(recall_tool(rt.store, lambda: loop.session_id))
         live = LiveSession(key, record, engine, memory, loop, synced_state=record.engine)
         engine.on_session_start(record.id, [{"role": "system", "content": prompt}, *messages])
         return live

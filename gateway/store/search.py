@@ -13,8 +13,9 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import Select, and_, func, literal_column, or_, select, text
+from sqlalchemy import Select, and_, func, literal_column, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.orm import aliased
 
 from gateway.store.database import read
 from gateway.store.models import MessageRow
@@ -104,7 +105,7 @@ class MessageSearch:
         """Messages (active or archived) containing every term of ``query``.
 
         ``session_id`` / ``session_ids`` restrict the search to those sessions; ``skip_active_of`` leaves out
-        that session's active rows (what its model already sees). ``redact`` rewrites each message's text
+        that session's active rows (what its model already sees) and every row of the same text. ``redact`` rewrites each message's text
         before the snippet is cut from it, so a secret is replaced whole rather than shown in part.
         """
         terms = split_terms(query)
@@ -119,7 +120,11 @@ class MessageSearch:
         if session_ids is not None:
             stmt = stmt.where(MessageRow.session_id.in_(list(session_ids)))
         if skip_active_of is not None:
-            stmt = stmt.where(or_(MessageRow.session_id != skip_active_of, MessageRow.active.is_(False)))
+            # A row equal to an active one is a copy of it too: compaction re-inserts its verbatim tail as new
+            # rows, and rotation copies it into the child, so the originals would only repeat what is seen.
+            seen = aliased(MessageRow)
+            stmt = stmt.where(~select(seen.id).where(seen.session_id == skip_active_of, seen.active,
+                                                     seen.search_text == MessageRow.search_text).exists())
         async with read(self._engine) as conn:
             rows = list(await conn.execute(stmt.limit(limit)))
         clean = redact or (lambda body: body)

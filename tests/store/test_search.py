@@ -132,3 +132,19 @@ async def test_redact_runs_before_the_snippet_is_cut(store: Store) -> None:
     [clean] = await store.search("staging", redact=lambda body: body.replace(secret, "[REDACTED]"))
     assert "A1b2C3d4" in raw.snippet  # the unredacted snippet shows part of the key
     assert "A1b2C3d4" not in clean.snippet and "[REDACTED]" in clean.snippet
+
+
+async def test_copies_of_what_the_model_sees_are_skipped(store: Store) -> None:
+    parent = await store.sessions.get_or_create_active("tg", "copies")
+    rows = [user("alpha kept"), user("alpha middle"), user("alpha tail")]
+    await store.messages.append(parent.id, rows, [5, 5, 5])
+    active = await store.messages.load_active(parent.id)
+    # In place: the new active set keeps the tail verbatim; its original row is archived.
+    await store.compactions.replace_active(parent.id, [assistant("summary"), rows[2]], [5, 5], active.watermark)
+    hits = await store.search("alpha", session_ids=[parent.id], skip_active_of=parent.id)
+    assert sorted(h.seq for h in hits) == [1, 2]
+    # Rotation: the child holds a copy of the parent's tail.
+    child = await store.compactions.rotate(parent.id, [assistant("summary 2"), rows[1]], [5, 5])
+    hits = await store.search("alpha", session_ids=[child.id, parent.id], skip_active_of=child.id)
+    assert sorted((h.session_id == parent.id, h.seq, h.archived) for h in hits) == [
+        (True, 1, True), (True, 3, True), (True, 6, False)]
