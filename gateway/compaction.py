@@ -97,11 +97,11 @@ async def compress_session(
     old_id = live.id
     await persist_compaction(sessions, live, result, reason)
     engine.on_session_start(live.id, result.messages)
-    if old_id != live.id:
-        try:
-            await memory.on_session_switch(old_id, live.id)
-        except Exception:
-            log.warning("memory on_session_switch failed", exc_info=True)
+    # Also in place (same id twice), as the agent loop does: memory hears of every compaction (R-S4).
+    try:
+        await memory.on_session_switch(old_id, live.id)
+    except Exception:
+        log.warning("memory on_session_switch failed", exc_info=True)
     compaction = Compaction(reason, result, live.system_prompt, old_id, live.id)
     await emit_event(events, AgentEvent(EVENT_COMPRESS, live.id, {"compaction": compaction, "result": result}))
     if engine.compression_count >= 2:
