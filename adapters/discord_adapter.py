@@ -54,6 +54,8 @@ class DiscordSettings:
     max_retry_attempts: int = 5
     max_retry_wait: float = 120.0
     max_inbound_chars: int = 16_000
+    # Larger images are passed on as files: the strictest vision API (Anthropic) refuses images over 5 MB.
+    max_image_bytes: int = 5_000_000
     ready_timeout: float = 60.0
     drain_seconds: float = 30.0
     slash_commands: bool = False
@@ -272,7 +274,7 @@ class DiscordAdapter(Adapter):
         if len(message.content) > self.settings.max_inbound_chars:
             log.warning("discord: skipping message %s of %d characters", message.id, len(message.content))
             return None
-        attachments = tuple(_attachment(a) for a in message.attachments)
+        attachments = tuple(_attachment(a, self.settings.max_image_bytes) for a in message.attachments)
         if not message.content.strip() and not attachments:
             return None
         mentions_bot = any(user.id == me.id for user in message.mentions)
@@ -326,7 +328,7 @@ def _replies_to(message: discord.Message, user_id: int) -> bool:
     return isinstance(resolved, discord.Message) and resolved.author.id == user_id
 
 
-def _attachment(item: discord.Attachment) -> Attachment:
+def _attachment(item: discord.Attachment, max_image_bytes: int) -> Attachment:
     mime = item.content_type or "application/octet-stream"
-    kind = "image" if mime.startswith("image/") else "file"
+    kind = "image" if mime.startswith("image/") and item.size <= max_image_bytes else "file"
     return Attachment(kind=kind, mime=mime, size=item.size, name=item.filename, url=item.url)

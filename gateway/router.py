@@ -140,6 +140,10 @@ class Router:
         text = with_note(live.pending_note, text)
         live.pending_note = None
         images = [a.data_url or a.url for a in inbound.attachments if a.kind == "image" and (a.data_url or a.url)]
+        # What the model cannot see is at least named, so a file-only message is never an empty turn.
+        notes = [f"[Attached {a.kind}: {a.name} ({a.mime}, {a.size:,} bytes)]" for a in inbound.attachments
+                 if not (a.kind == "image" and (a.data_url or a.url))]
+        text = "\n".join(part for part in (text, *notes) if part)
         if not images:
             return {"role": "user", "content": text}
         return {"role": "user", "content": [{"type": "text", "text": text},

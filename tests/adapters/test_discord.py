@@ -146,6 +146,20 @@ async def test_image_attachment_passed_by_url(fake_discord: FakeDiscord, start_d
         "image", "image/png", 1234, "chart.png", "https://cdn.example.invalid/chart.png")
 
 
+async def test_an_image_too_large_for_models_is_passed_on_as_a_file(fake_discord: FakeDiscord,
+                                                                    start_discord: StartFn) -> None:
+    # A URL image cannot be re-encoded (R-C11 works on data URLs); sent as an image, one oversized photo would
+    # make every later turn of the shared channel fail until an admin runs /new.
+    inbox = Inbox()
+    await start_discord(inbox, max_image_bytes=1000)
+    image = {"id": "56", "filename": "scan.png", "size": 1001, "content_type": "image/png",
+             "url": "https://cdn.example.invalid/scan.png", "proxy_url": "https://cdn.example.invalid/s.png"}
+    await fake_discord.inject_message(f"<@{BOT_ID}> read this", attachments=[image])
+    [inbound] = await inbox.wait_for(1)
+    [attachment] = inbound.attachments
+    assert (attachment.kind, attachment.name, attachment.size) == ("file", "scan.png", 1001)
+
+
 async def test_rate_limits_are_waited_out(fake_discord: FakeDiscord, start_discord: StartFn) -> None:
     adapter = await start_discord(Inbox())
     fake_discord.fail_next("messages", times=2, retry_after=0.3)

@@ -45,9 +45,23 @@ async def test_image_attachments_reach_the_model_as_image_parts(gateway_factory:
         Attachment("file", "text/plain", 3, "a.txt", url="https://example.invalid/a.txt"))})
     await adapter._handler(inbound)
     content = fake_llm.requests[-1].json["messages"][-1]["content"]
-    assert content[0] == {"type": "text", "text": "what is this?"}
+    assert content[0] == {"type": "text", "text": "what is this?\n[Attached file: a.txt (text/plain, 3 bytes)]"}
     assert [p["type"] for p in content] == ["text", "image_url"]
     assert content[1]["image_url"]["url"] == png
+
+
+async def test_a_message_with_only_a_file_still_says_what_was_sent(gateway_factory: GatewayFactory,
+                                                                   fake_llm: FakeLLMServer) -> None:
+    gateway, adapter = await gateway_factory()
+    inbound = adapter.inbound("")
+    inbound = type(inbound)(**{**inbound.__dict__, "attachments": (
+        Attachment("file", "application/pdf", 48_213, "report.pdf", url="https://example.invalid/r.pdf"),)})
+    await adapter._handler(inbound)
+    sent = fake_llm.requests[-1].json["messages"][-1]
+    assert sent == {"role": "user", "content": "[Attached file: report.pdf (application/pdf, 48,213 bytes)]"}
+    record = await gateway.rt.store.sessions.get_active("discord", "dm:c1")
+    stored = (await gateway.rt.store.messages.load_active(record.id)).messages
+    assert stored[0] == sent
 
 
 def test_group_context_keeps_the_newest_lines_for_a_bounded_number_of_sessions() -> None:
