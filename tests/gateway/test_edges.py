@@ -78,6 +78,20 @@ def test_group_context_keeps_the_newest_lines_for_a_bounded_number_of_sessions()
     assert off.take(a) == []
 
 
+def test_group_context_is_bounded_in_characters_too() -> None:
+    # 50 lines of 4,000-character chatter would put ~50K tokens in front of one question.
+    context = GroupContext(limit=50, max_chars=10_000)
+    key = SessionKey("discord", "group:a")
+    for i in range(50):
+        context.add(key, f"[bob] {i} " + "x" * 3_000)
+    kept = context.take(key)
+    assert sum(len(line) for line in kept) <= 10_000
+    assert [line.split()[1] for line in kept] == ["47", "48", "49"]  # the newest lines
+    context.add(key, "y" * 20_000)  # one line alone over the budget is cut, not dropped
+    [line] = context.take(key)
+    assert len(line) <= 10_000 and line.startswith("yyy")
+
+
 class _CountingEngine(ContextEngine):
     """A minimal third-party engine: public counters only, no export_state/load_state."""
 
