@@ -277,8 +277,11 @@ class DiscordAdapter(Adapter):
         attachments = tuple(_attachment(a, self.settings.max_image_bytes) for a in message.attachments)
         if not message.content.strip() and not attachments:
             return None
-        mentions_bot = any(user.id == me.id for user in message.mentions)
-        text = re.sub(rf"<@!?{me.id}>", " ", message.content) if mentions_bot else message.content
+        # Discord's autocomplete offers the bot's managed role beside the bot itself; either addresses it.
+        own_roles = [role.id for role in message.role_mentions if role.tags and role.tags.bot_id == me.id]
+        mentions_bot = bool(own_roles) or any(user.id == me.id for user in message.mentions)
+        ours = "|".join([rf"<@!?{me.id}>", *(rf"<@&{role_id}>" for role_id in own_roles)])
+        text = re.sub(ours, " ", message.content) if mentions_bot else message.content
         text = re.sub(r"[ \t]{2,}", " ", text).strip() if mentions_bot else text
         command = parse_command(text)
         chat_type, chat_id, thread_id = _where(message.channel)

@@ -13,7 +13,16 @@ import pytest
 from adapters.base import ChatRef, Inbound, SendError
 from adapters.discord_adapter import DiscordAdapter, DiscordSettings
 from tests.adapters.test_split import _content, _fence_lines_balanced
-from tests.fakes.discord_server import BOT_ID, CHANNEL_ID, DM_CHANNEL_ID, GUILD_ID, THREAD_ID, FakeDiscord
+from tests.fakes.discord_server import (
+    ADMIN_ROLE_ID,
+    BOT_ID,
+    BOT_ROLE_ID,
+    CHANNEL_ID,
+    DM_CHANNEL_ID,
+    GUILD_ID,
+    THREAD_ID,
+    FakeDiscord,
+)
 from tests.fakes.inbox import Inbox
 
 StartFn = Callable[..., Awaitable[DiscordAdapter]]
@@ -144,6 +153,17 @@ async def test_image_attachment_passed_by_url(fake_discord: FakeDiscord, start_d
     [attachment] = inbound.attachments
     assert (attachment.kind, attachment.mime, attachment.size, attachment.name, attachment.url) == (
         "image", "image/png", 1234, "chart.png", "https://cdn.example.invalid/chart.png")
+
+
+async def test_a_mention_of_the_bots_own_role_addresses_it(fake_discord: FakeDiscord, start_discord: StartFn) -> None:
+    # Discord's autocomplete offers the bot's managed role next to the bot; users pick either.
+    inbox = Inbox()
+    await start_discord(inbox)
+    await fake_discord.inject_message(f"<@&{BOT_ROLE_ID}> what is the status?")
+    await fake_discord.inject_message(f"<@&{ADMIN_ROLE_ID}> please look at this")
+    ours, admins = await inbox.wait_for(2)
+    assert ours.mentions_bot and ours.text == "what is the status?"
+    assert not admins.mentions_bot and admins.text == f"<@&{ADMIN_ROLE_ID}> please look at this"
 
 
 async def test_an_image_too_large_for_models_is_passed_on_as_a_file(fake_discord: FakeDiscord,

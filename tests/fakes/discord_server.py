@@ -25,6 +25,7 @@ from aiohttp import WSMsgType, web
 BOT_ID = 1000
 GUILD_ID = 2000
 ADMIN_ROLE_ID = 2100
+BOT_ROLE_ID = 2200  # the role Discord creates for the bot (managed, tagged with the bot's id)
 CHANNEL_ID = 3000
 THREAD_ID = 3100
 DM_CHANNEL_ID = 4000
@@ -165,7 +166,8 @@ class FakeDiscord:
             "timestamp": "2025-01-01T00:00:00+00:00", "edited_timestamp": None, "tts": False,
             "mention_everyone": False, "mentions": [_user(BOT_ID, "testbot", bot=True)]
             if f"<@{BOT_ID}>" in content or f"<@!{BOT_ID}>" in content else [],
-            "mention_roles": [], "attachments": attachments or [], "embeds": [], "pinned": False, "type": 0,
+            "mention_roles": [str(r) for r in (ADMIN_ROLE_ID, BOT_ROLE_ID) if f"<@&{r}>" in content],
+            "attachments": attachments or [], "embeds": [], "pinned": False, "type": 0,
         }
         if channel_id != DM_CHANNEL_ID:
             message["guild_id"] = str(GUILD_ID)
@@ -384,7 +386,9 @@ def _guild() -> dict[str, Any]:
         "id": str(GUILD_ID), "name": "Test guild", "owner_id": "1", "icon": None, "features": [],
         "member_count": 3, "large": False, "unavailable": False, "emojis": [], "stickers": [],
         "roles": [{**role, "id": str(GUILD_ID), "name": "@everyone"},
-                  {**role, "id": str(ADMIN_ROLE_ID), "name": "Admins", "position": 1}],
+                  {**role, "id": str(ADMIN_ROLE_ID), "name": "Admins", "position": 1},
+                  {**role, "id": str(BOT_ROLE_ID), "name": "testbot", "position": 2, "managed": True,
+                   "tags": {"bot_id": str(BOT_ID)}}],
         "channels": [{"id": str(CHANNEL_ID), "type": 0, "name": "general", "position": 0,
                       "permission_overwrites": [], "guild_id": str(GUILD_ID)}],
         "threads": [{"id": str(THREAD_ID), "type": 11, "name": "a thread", "parent_id": str(CHANNEL_ID),
