@@ -130,6 +130,11 @@ def _choose_cut(text: str, fit: int, fence: _Fence | None) -> tuple[int, int]:
     for cut in range(fit, 0, -1):
         if _cut_ok(text, cut, cut):
             return cut, cut
+    # Only blank lines fit before a mid-line ```: a blank chunk beats one whose first line reads as a fence.
+    safe = [cut for cut in range(fit, 0, -1) if not text[cut:].lstrip(" \t").startswith("```")]
+    line_starts = [cut for cut in safe if text[cut - 1] == "\n"]  # keeps the next line's indentation
+    if safe:
+        return (line_starts or safe)[0], (line_starts or safe)[0]
     return fit, fit
 
 

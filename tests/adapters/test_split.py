@@ -96,6 +96,15 @@ def test_limit_too_small_for_prefix_raises() -> None:
     raise AssertionError("expected ValueError")
 
 
+def test_mid_line_backticks_stay_mid_line_when_only_blank_lines_fit_before_them() -> None:
+    # Found by the property test: blank code lines, then "a```b", at a tiny limit.
+    text = "a a\n\n```python\n    a a\n    \n    \n    \n    a```b\n```"
+    chunks = split_message(text, 40, continuation_prefix="@bob ")
+    assert all(len(c) <= 40 and _fence_lines_balanced(c) for c in chunks)
+    assert not any(line.startswith("```b") for c in chunks for line in c.split("\n"))
+    assert "a```b" in "".join(chunks)
+
+
 _word = st.one_of(
     st.text(alphabet="abcdefghij😀é你", min_size=1, max_size=12),
     st.sampled_from(["end.", "why?", "``", "`x`", "a```b", "--"]),
