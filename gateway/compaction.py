@@ -81,12 +81,13 @@ async def compress_session(
     """
     engine, memory = live.engine, live.memory
     framed = [{"role": "system", "content": live.system_prompt}, *live.messages]
-    tokens = sessions.rt.counter.count_request(live.messages, system=live.system_prompt)
+    tokens = sessions.rt.counter.count_request(live.messages, system=live.system_prompt,
+                                               tools=live.loop.tools.schemas())
     try:
         await memory.on_pre_compress(live.messages)
     except Exception:  # rescuing facts is best effort; it must not block the compression
         log.warning("memory on_pre_compress failed", exc_info=True)
-    if engine.has_content_to_compress(framed):
+    if engine.will_summarize(framed, force=force):
         await emit_notice(notices, compacting_notice())
     result = await engine.compress(framed, current_tokens=tokens, focus_topic=focus, force=force)
     if result.aborted:
@@ -133,7 +134,7 @@ def hygiene_check(sessions: SessionManager, live: LiveSession) -> HygieneCheck:
     """Measure the session and apply the R-G3 rules."""
     gw = sessions.rt.settings.gateway
     tokens, source = session_tokens(live.engine.last_prompt_tokens, live.messages, sessions.rt.counter,
-                                    system=live.system_prompt)
+                                    system=live.system_prompt, tools=live.loop.tools.schemas())
     return check_hygiene(tokens=tokens, token_source=source, message_count=len(live.messages),
                          context_length=live.engine.context_length, threshold=gw.hygiene_threshold,
                          hard_message_limit=gw.hygiene_hard_message_limit)

@@ -13,18 +13,19 @@ from typing import Any
 import pytest
 
 from adapters.base import Adapter, ChatRef, Inbound, InboundHandler
+from agent.compression.summary import SUMMARIZER_SYSTEM
 from gateway.app import Gateway, build_runtime
 from gateway.config import Settings, load_settings
 from tests.fakes.llm_fixture import fake_llm  # noqa: F401
 from tests.fakes.llm_server import FakeLLMServer
 
 SUMMARY_MARKER = "SUMMARY-BODY-7f3a"
-SUMMARY_WORDS = "Historical Task Snapshot"
 
 
 def is_summary_request(body: dict[str, Any]) -> bool:
-    """Whether a request to the fake server is the compressor's summary call."""
-    return SUMMARY_WORDS in str(body.get("messages"))
+    """Whether a request to the fake server is the compressor's summary call (by its system prompt: a chat
+    request may quote the template too, e.g. a static fallback summary in the history)."""
+    return SUMMARIZER_SYSTEM in str(body.get("messages"))
 
 
 class ScriptedAdapter(Adapter):

@@ -86,3 +86,23 @@ async def test_hygiene_skips_when_the_engine_is_blocked_by_anti_thrashing(gatewa
     await adapter.say("go")
     assert "summary" not in kinds
     assert await gateway.rt.store.compactions.history(session_id) == []
+
+
+async def test_hygiene_during_a_summary_cooldown_compresses_without_announcing_a_summary_call(
+        gateway_factory: GatewayFactory, fake_llm: FakeLLMServer) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from gateway.store import EngineState
+
+    gateway, adapter = await gateway_factory()
+    session_id = await bulk_session(gateway, "dm:c1", chatter(400, words=60))
+    # The summary model failed a minute ago and is cooling down (state survives restarts, R-S1).
+    await gateway.rt.store.sessions.save_engine_state(session_id, EngineState(
+        last_prompt_tokens=170_000, cooldown_until=datetime.now(UTC) + timedelta(minutes=5)))
+    kinds = answer_by_kind(fake_llm, "fresh answer")
+    await adapter.say("and now?")
+    assert kinds == ["chat"]  # no summary call was made: the static fallback summary was used
+    assert "🗜️ Compacting context…" not in adapter.texts()
+    assert adapter.texts()[-1] == "fresh answer"
+    history = await gateway.rt.store.compactions.history(session_id)
+    assert [h.reason for h in history] == [REASON_TOKENS]

@@ -35,3 +35,8 @@ def test_session_tokens_prefers_real_usage_then_counts_exactly() -> None:
         tokens, source = session_tokens(sentinel, messages, counter, system="be nice")
         assert source == "count"
         assert tokens == counter.count_request(messages, system="be nice") > 100
+    # Tool schemas are part of the request, so they count (R-T2).
+    schema = [{"type": "function", "function": {"name": "lookup", "description": "find things " * 40,
+                                                "parameters": {"type": "object", "properties": {}}}}]
+    with_tools, _ = session_tokens(0, messages, counter, system="be nice", tools=schema)
+    assert with_tools == counter.count_request(messages, system="be nice", tools=schema) > tokens + 40
