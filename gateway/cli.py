@@ -16,10 +16,12 @@ from agent.llm.base import Provider
 from agent.transcript import MalformedTranscript, read_transcript_file
 from gateway.cli_store import add_store_commands
 from gateway.config import ConfigError, Settings, load_settings, masked_dump
+from gateway.store import StorageUnavailable
 
 __all__ = ["build_parser", "main"]
 
 EXIT_USAGE = 2
+EXIT_UNAVAILABLE = 3
 
 
 def _cmd_config_check(args: argparse.Namespace) -> int:
@@ -149,6 +151,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"concord: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except StorageUnavailable as exc:
+        print(f"concord: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
 
 
 if __name__ == "__main__":

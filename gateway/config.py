@@ -28,7 +28,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-__all__ = ["ConfigError", "Settings", "load_settings", "masked_dump"]
+__all__ = ["ConfigError", "Settings", "load_settings", "mask_url", "masked_dump"]
 
 _Section = ConfigDict(extra="forbid", validate_default=True)
 
@@ -310,7 +310,7 @@ def _describe_value(loc: tuple[Any, ...], value: Any) -> str:
     key = str(loc[-1]) if loc else ""
     if key in ("base_url", "api_base_url", "webhook_url", "database_url"):
         # Shown to help fix them, but a URL can carry a password (``postgres://user:password@host``).
-        return repr(_mask_url(value)) if isinstance(value, str) else repr(value)
+        return repr(mask_url(value)) if isinstance(value, str) else repr(value)
     if any(word in key for word in _SECRET_KEYS):
         return "'***'"
     if isinstance(value, dict | list):
@@ -347,14 +347,14 @@ def masked_dump(settings: Settings) -> dict[str, Any]:
     """The effective configuration as plain data with every secret masked."""
     data = settings.model_dump(mode="json")
     if settings.storage.database_url:
-        data["storage"]["database_url"] = _mask_url(settings.storage.database_url)
-    data["storage"]["effective_database_url"] = _mask_url(settings.storage.url)
+        data["storage"]["database_url"] = mask_url(settings.storage.database_url)
+    data["storage"]["effective_database_url"] = mask_url(settings.storage.url)
     if settings.redis.url is not None:
-        data["redis"]["url"] = _mask_url(settings.redis.url.get_secret_value())
+        data["redis"]["url"] = mask_url(settings.redis.url.get_secret_value())
     return data
 
 
-def _mask_url(url: str) -> str:
+def mask_url(url: str) -> str:
     """Hide the password part of a URL (user:password@host)."""
     scheme, sep, rest = url.partition("://")
     if not sep or "@" not in rest:

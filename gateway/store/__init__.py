@@ -3,7 +3,14 @@
 The public surface is re-exported here; everything else in the package is an implementation detail.
 """
 
-from gateway.store.errors import CompactionNotFound, SessionEnded, SessionNotFound, StaleWatermark, StoreError
+from gateway.store.errors import (
+    CompactionNotFound,
+    SessionEnded,
+    SessionNotFound,
+    StaleWatermark,
+    StorageUnavailable,
+    StoreError,
+)
 from gateway.store.migrate import current_revision, downgrade_database, upgrade_database
 from gateway.store.records import (
     ActiveSet,
@@ -28,6 +35,7 @@ __all__ = [
     "SessionNotFound",
     "SessionRecord",
     "StaleWatermark",
+    "StorageUnavailable",
     "Store",
     "StoreError",
     "current_revision",

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-__all__ = ["CompactionNotFound", "SessionEnded", "SessionNotFound", "StaleWatermark", "StoreError"]
+__all__ = [
+    "CompactionNotFound",
+    "SessionEnded",
+    "SessionNotFound",
+    "StaleWatermark",
+    "StorageUnavailable",
+    "StoreError",
+]
 
 
 class StoreError(Exception):
@@ -23,3 +30,10 @@ class StaleWatermark(StoreError):
 
 class CompactionNotFound(StoreError, LookupError):
     """The session has no compaction with that number."""
+
+
+class StorageUnavailable(StoreError):
+    """The database cannot be reached or created (server down, wrong host or credentials, unwritable path).
+
+    The message names the database with its password hidden and the first line of the driver's reason.
+    """

@@ -12,10 +12,12 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.store.database import create_engine, read, write
+from gateway.store.errors import StorageUnavailable
 
 __all__ = ["HEAD", "MIGRATIONS_DIR", "alembic_config", "current_revision", "downgrade_database", "upgrade_database"]
 
@@ -59,12 +61,33 @@ async def _run(engine: AsyncEngine, action: str, target: str) -> None:
 
 
 async def upgrade_database(url: str, revision: str = "head") -> None:
-    """Bring the database at ``url`` up to ``revision`` (default: the newest); a no-op when already there."""
-    engine = create_engine(url)
+    """Bring the database at ``url`` up to ``revision`` (default: the newest); a no-op when already there.
+
+    Raises `StorageUnavailable` when the database cannot be reached or created.
+    """
     try:
+        engine = create_engine(url)  # creates a missing SQLite data dir: may fail on an unwritable path
+    except OSError as exc:
+        raise StorageUnavailable(f"cannot open the database {_shown(url)}: {_first_line(exc)}") from None
+    try:
+        try:
+            async with engine.connect():
+                pass
+        except (OSError, DBAPIError) as exc:
+            raise StorageUnavailable(f"cannot open the database {_shown(url)}: {_first_line(exc)}") from None
         await _run(engine, "upgrade", revision)
     finally:
         await engine.dispose()
+
+
+def _shown(url: str) -> str:
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def _first_line(exc: BaseException) -> str:
+    cause = getattr(exc, "orig", None) or exc
+    text = str(cause).strip()
+    return (text.splitlines()[0] if text else type(cause).__name__)[:300]
 
 
 async def downgrade_database(url: str, revision: str) -> None:

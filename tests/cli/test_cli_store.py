@@ -76,3 +76,32 @@ def test_unknown_session_is_a_clear_error(data_dir: Path, capsys: pytest.Capture
     assert main(["sessions", "show", "no-such-id"]) == 1
     assert "not found" in capsys.readouterr().err
     assert main(["sessions", "restore", "no-such-id", "--before-compaction", "1"]) == 1
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]  # nothing listens there once the socket is closed
+
+
+@pytest.mark.parametrize("url", [
+    "postgresql+asyncpg://bot:hunter2pw@127.0.0.1:{port}/concord",
+    "sqlite+aiosqlite:////proc/no-such-dir/concord.db",
+])
+def test_unreachable_database_is_one_line_without_the_password(
+        data_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], url: str) -> None:
+    monkeypatch.setenv("CONCORD_STORAGE__DATABASE_URL", url.format(port=_closed_port()))
+    assert main(["sessions", "list"]) == 3
+    assert main(["db", "upgrade"]) == 3
+    err = capsys.readouterr().err
+    assert err.count("concord: cannot open the database") == 2
+    assert "hunter2pw" not in err and "Traceback" not in err
+
+
+async def test_upgrade_database_translates_connection_failures() -> None:
+    from gateway.store import StorageUnavailable, upgrade_database
+
+    with pytest.raises(StorageUnavailable, match=r"bot:\*\*\*@127\.0\.0\.1"):
+        await upgrade_database(f"postgresql+asyncpg://bot:hunter2pw@127.0.0.1:{_closed_port()}/concord")
