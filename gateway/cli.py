@@ -89,6 +89,10 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
     settings = load_settings()
     _configure_logging(settings)
+    if settings.redis.url is None and not args.dry_run:
+        print("concord: note: no redis.url, so this sweep does not share locks with a running gateway. Nothing "
+              "is lost if both compact a session at once (one version wins), but with one gateway process the "
+              "built-in schedule (gateway.sweep_cron) is the better choice.", file=sys.stderr)
     try:
         report = asyncio.run(run_sweep(settings, dry_run=args.dry_run, show_progress=sys.stderr.isatty()))
     except RuntimeError as exc:

@@ -27,9 +27,10 @@ from agent.events import (
     emit_notice,
 )
 from agent.turn import Compaction
-from gateway.engine_state import compaction_info, export_engine_state
+from gateway.engine_state import compaction_info, export_engine_state, restore_engine_state
 from gateway.hygiene import HygieneCheck, check_hygiene, session_tokens
 from gateway.session import LiveSession, SessionManager
+from gateway.store import StaleWatermark
 
 __all__ = ["HygieneOutcome", "compress_session", "hygiene_check", "persist_compaction", "run_hygiene"]
 
@@ -52,8 +53,18 @@ async def persist_compaction(sessions: SessionManager, live: LiveSession, result
     info = compaction_info(result, reason, rt.clock())
     state = dataclasses.replace(export_engine_state(live.engine, info), last_prompt_tokens=-1)
     if rt.settings.compression.in_place:
-        await rt.store.compactions.replace_active(live.id, messages, counts, live.watermark, reason=reason,
-                                                  engine_state=state)
+        try:
+            await rt.store.compactions.replace_active(live.id, messages, counts, live.watermark, reason=reason,
+                                                      engine_state=state)
+        except StaleWatermark:
+            # Another process compacted this session since we read it (e.g. `concord sweep` from system cron
+            # with no Redis lock shared with us). Its version stands: it archived the same rows ours would
+            # have, so dropping ours loses nothing; we continue from what is stored now.
+            log.warning("session %s was compacted elsewhere meanwhile; keeping that version", live.id)
+            await sessions.refresh_record(live)
+            restore_engine_state(live.engine, live.record.engine)
+            await sessions.rebind(live, live.record)
+            return live.id
         await sessions.refresh_record(live)
         await sessions.rebind(live, live.record)
     else:
@@ -97,7 +108,7 @@ async def compress_session(
         return result
     old_id = live.id
     await persist_compaction(sessions, live, result, reason)
-    engine.on_session_start(live.id, result.messages)
+    engine.on_session_start(live.id, live.messages)
     # Also in place (same id twice), as the agent loop does: memory hears of every compaction (R-S4).
     try:
         await memory.on_session_switch(old_id, live.id)
