@@ -1,4 +1,4 @@
-"""Native Discord slash commands (opt-in with ``discord.slash_commands``): /compress [focus], /new, /status, /help.
+"""Native Discord slash commands (opt-in with ``discord.slash_commands``): /compress [focus], /new, /status, /stats, /help.
 
 The commands live on a discord.py ``CommandTree`` and are synced globally at login (``PUT
 /applications/{id}/commands``; Discord may take a while to show new global commands). An invocation is
@@ -28,6 +28,7 @@ SLASH_COMMANDS: dict[str, str] = {
     "compress": "Compress this conversation now (admins only)",
     "new": "Start a fresh session; the old one stays searchable",
     "status": "Context usage, thresholds and compression history",
+    "stats": "Gateway-wide counters since start (admins only)",
     "help": "List the commands",
 }
 # Discord's interaction tokens are valid for 15 minutes; stop using one a little before that.
@@ -46,7 +47,7 @@ def build_tree(client: discord.Client, on_command: SlashHandler) -> app_commands
     async def compress(interaction: discord.Interaction, focus: str | None = None) -> None:
         await on_command(interaction, "compress", (focus or "").strip())
 
-    for name in ("new", "status", "help"):
+    for name in ("new", "status", "stats", "help"):
         tree.add_command(app_commands.Command(name=name, description=SLASH_COMMANDS[name],
                                               callback=_without_options(name, on_command)))
     return tree

@@ -31,6 +31,7 @@ from agent.tokens import get_counter
 from gateway.config import Settings
 from gateway.keys import SessionKey
 from gateway.locks import InProcessLocks, LockBackend, RedisLocks
+from gateway.metrics import MeteredProvider, Metrics
 from gateway.router import Router
 from gateway.runtime import Runtime, utc_now
 from gateway.scheduler import GatewayScheduler
@@ -137,12 +138,16 @@ async def build_runtime(settings: Settings, *, provider: Provider | None = None,
     if summary_provider is None:
         spec = resolve_auxiliary(settings.llm, settings.auxiliary.compression)
         summary_provider = provider if spec.model == settings.llm.model else build_provider_from_spec(spec)
-    new_engine = _engine_factory(settings, provider, summary_provider)
+    metrics = Metrics()
+    # The engine's calls are summaries (its main provider is only a fallback for them): metered here, since
+    # only the agent loop's own calls arrive as llm:response events.
+    new_engine = _engine_factory(settings, MeteredProvider(provider, metrics),
+                                 MeteredProvider(summary_provider, metrics))
     return Runtime(
         settings=settings, store=store or await _open_store(settings), locks=locks or _locks(settings),
         provider=provider, counter=get_counter(settings.llm.encoding),
         new_engine=new_engine, new_memory=_memory_factory(settings),
-        model=settings.llm.model, engine_name=settings.context.engine, clock=clock,
+        model=settings.llm.model, engine_name=settings.context.engine, clock=clock, metrics=metrics,
     )
 
 

@@ -1,6 +1,6 @@
 """Chat commands (R-G5): parsing, permissions and the texts users see.
 
-``/compress [focus]`` (admin), ``/new``, ``/status``, ``/help``. Commands work the same on every platform;
+``/compress [focus]`` (admin), ``/new``, ``/status``, ``/stats`` (admin), ``/help``. Commands work the same on every platform;
 adapters recognise them (``adapters.base.parse_command``, which drops ``/cmd@otherbot``). Texts here are short on purpose: chat is not a log, and a summary never appears in it.
 """
 
@@ -13,6 +13,7 @@ from adapters.base import Inbound
 from agent.compression.engine import CompressionResult
 from agent.events import EventSink, NoticeSink
 from gateway.compaction import compress_session, hygiene_check
+from gateway.metrics import Metrics
 from gateway.session import LiveSession, SessionManager
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "StatusFigures",
     "format_compress_result",
     "format_help",
+    "format_stats",
     "format_status",
     "is_admin",
     "run_command",
@@ -33,11 +35,12 @@ COMMANDS: dict[str, str] = {
     "compress": "/compress [focus] — compress this conversation now (optionally keeping a topic in detail)",
     "new": "/new — start a fresh session (the old one stays searchable)",
     "status": "/status — context usage, thresholds and compression history",
+    "stats": "/stats — gateway-wide counters since start: turns, latency, tokens, compressions",
     "help": "/help — this list",
 }
-ADMIN_COMMANDS = frozenset({"compress"})
+ADMIN_COMMANDS = frozenset({"compress", "stats"})
 # /new resets a conversation everyone in a group shares, so there it is an admin command too.
-GROUP_ADMIN_COMMANDS = frozenset({"compress", "new"})
+GROUP_ADMIN_COMMANDS = frozenset({"compress", "new", "stats"})
 
 NOTHING_TO_COMPRESS = "Nothing to compress: everything is already in the protected head and tail."
 REFUSAL = "Sorry, /{name} is for admins only."
@@ -124,6 +127,39 @@ def format_status(s: StatusFigures) -> str:
     return "\n".join(lines)
 
 
+def _seconds(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f} s"
+
+
+def _uptime(seconds: float) -> str:
+    minutes, _ = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    return f"{days}d {hours}h {minutes}m" if days else f"{hours}h {minutes}m"
+
+
+def format_stats(m: Metrics, live_sessions: int) -> str:
+    """The /stats reply: process-wide figures since start, one topic per line; no content, no secrets."""
+    p50, p95 = m.turn_latency()
+    tallies = sorted(m.compressions.items())
+    done = sum(t.count for _, t in tallies)
+    lines = [
+        f"Uptime: {_uptime(m.uptime_s)} · live sessions in memory: {live_sessions:,}",
+        f"Messages: {m.messages:,} · turns: {m.turns:,} ({m.turn_failures:,} failed)",
+        f"Turn latency: p50 {_seconds(p50)}, p95 {_seconds(p95)} (last {len(m.turn_seconds):,} turns)",
+        f"LLM calls: {m.llm_calls:,} ({m.agent_llm_calls:,} agent, {m.summary_calls:,} summary, "
+        f"{m.summary_failures:,} summary failed)",
+        f"Tokens: {m.prompt_tokens:,} prompt, {m.completion_tokens:,} completion, "
+        f"{m.cache_read_tokens:,} cache read",
+        f"Tool calls: {m.tool_calls:,} ({m.tool_failures:,} failed)",
+        f"Compressions: {done:,} · saved {sum(t.tokens_saved for _, t in tallies):,} tokens · "
+        f"aborted {sum(t.aborted for _, t in tallies):,} · static fallback {sum(t.static for _, t in tallies):,}",
+    ]
+    lines += [f"  {kind} — {t.count:,} (avg {t.average_savings:.0%} saved)"
+              + (f", {t.aborted:,} aborted" if t.aborted else "") for kind, t in tallies]
+    return "\n".join(lines)
+
+
 def format_compress_result(result: CompressionResult) -> str:
     """The one-line answer to /compress; never includes summary text."""
     if result.aborted:
@@ -170,6 +206,8 @@ async def run_command(command: Command, ctx: CommandContext) -> tuple[str, LiveS
         return f"Started a new session. The previous one ({old}) is kept and searchable.", fresh
     if command.name == "status":
         return format_status(status_figures(ctx.sessions, ctx.live)), ctx.live
+    if command.name == "stats":
+        return format_stats(ctx.sessions.rt.metrics, len(ctx.sessions)), ctx.live
     if command.name == "help":
         return format_help(ctx.admin), ctx.live
     return f"Unknown command /{command.name}. Try /help.", ctx.live

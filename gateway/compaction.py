@@ -29,6 +29,7 @@ from agent.events import (
 from agent.turn import Compaction
 from gateway.engine_state import compaction_info, export_engine_state, restore_engine_state
 from gateway.hygiene import HygieneCheck, check_hygiene, session_tokens
+from gateway.metrics import EVENT_COMPRESS_ABORTED
 from gateway.session import LiveSession, SessionManager
 from gateway.store import StaleWatermark
 
@@ -103,6 +104,7 @@ async def compress_session(
     result = await engine.compress(framed, current_tokens=tokens, focus_topic=focus, force=force)
     if result.aborted:
         await emit_notice(notices, aborted_notice(result.reason))
+        await emit_event(events, AgentEvent(EVENT_COMPRESS_ABORTED, live.id, {"reason": reason}))
     if not result.compressed:
         await _save_state(sessions, live)
         return result

@@ -15,6 +15,7 @@ exactly once, with the turn that used them, and an idle channel costs no writes.
 from __future__ import annotations
 
 import logging
+import time
 from collections import OrderedDict, deque
 from typing import Any
 
@@ -25,6 +26,7 @@ from gateway.commands import Command, CommandContext, is_admin, run_command
 from gateway.compaction import run_hygiene
 from gateway.continuity import with_note
 from gateway.keys import SessionKey, session_key
+from gateway.metrics import fan_out
 from gateway.prompt import speaker_tag
 from gateway.queues import SessionQueues
 from gateway.session import LiveSession, SessionManager
@@ -77,7 +79,9 @@ class Router:
                  dedupe_size: int = 4096) -> None:
         self.sessions = sessions
         self.settings = sessions.rt.settings
-        self.events = events
+        self.metrics = sessions.rt.metrics
+        # The runtime's metrics always listen; a sink given here hears every event too.
+        self.events: EventSink = self.metrics if events is None else fan_out(self.metrics, events)
         self.context = GroupContext(self.settings.gateway.group_context_limit)
         self._queues: SessionQueues[SessionKey, tuple[Inbound, Adapter]] = SessionQueues(self._process)
         self._seen: OrderedDict[tuple[str, str, str | None, str], None] = OrderedDict()
@@ -101,6 +105,7 @@ class Router:
 
     async def _process(self, key: SessionKey, item: tuple[Inbound, Adapter]) -> None:
         inbound, adapter = item
+        self.metrics.record_message()
         try:
             async with self.sessions.rt.locks.session_turn(str(key)):
                 replies = await self._chain(key, inbound, adapter)
@@ -125,10 +130,15 @@ class Router:
             ctx = CommandContext(self.sessions, live, inbound, admin, notices, self.events)
             reply, _ = await run_command(command, ctx)
             return [reply]
-        async with adapter.typing(inbound):
-            await run_hygiene(self.sessions, live, notices=notices, events=self.events)
-            result = await agent_turn(self.sessions, live, self._user_message(key, live, inbound),
-                                      notices=notices, events=self.events)
+        started, failed = time.perf_counter(), True
+        try:
+            async with adapter.typing(inbound):
+                await run_hygiene(self.sessions, live, notices=notices, events=self.events)
+                result = await agent_turn(self.sessions, live, self._user_message(key, live, inbound),
+                                          notices=notices, events=self.events)
+            failed = result.stop_reason is StopReason.ERROR
+        finally:
+            self.metrics.record_turn(time.perf_counter() - started, failed=failed)
         if result.stop_reason is StopReason.ERROR:
             return []  # the loop already sent its error as a notice
         if result.stop_reason is StopReason.CANCELLED:

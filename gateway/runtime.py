@@ -1,4 +1,4 @@
-"""What every gateway stage shares: settings, store, locks, provider and the per-session factories.
+"""What every gateway stage shares: settings, store, locks, provider, metrics and the per-session factories.
 
 Built once by `gateway.app` (the composition root); tests build one around the fake LLM server.
 """
@@ -16,6 +16,7 @@ from agent.tokens import TokenCounter
 from gateway.config import Settings
 from gateway.keys import SessionKey
 from gateway.locks import LockBackend
+from gateway.metrics import Metrics
 from gateway.store import Store
 
 __all__ = ["EngineFactory", "MemoryFactory", "Runtime", "utc_now"]
@@ -44,3 +45,5 @@ class Runtime:
     clock: Callable[[], datetime] = utc_now
     model: str = ""
     engine_name: str = "compressor"
+    # One per process: the router's, hygiene's, /compress's and the sweep's event sink, and /stats' source.
+    metrics: Metrics = field(default_factory=Metrics)

@@ -16,9 +16,11 @@ from datetime import timedelta
 from rich.console import Console
 from rich.table import Table
 
+from agent.events import EventSink
 from agent.llm.models import context_length_for
 from gateway.compaction import run_hygiene
 from gateway.keys import SessionKey
+from gateway.metrics import KIND_SWEEP, fan_out
 from gateway.session import END_IDLE, SessionManager
 
 __all__ = ["SweepEntry", "SweepReport", "expire_idle", "print_sweep_report", "sweep", "sweep_token_limit"]
@@ -69,10 +71,13 @@ def sweep_token_limit(sessions: SessionManager) -> int:
     return max(1, int(window * settings.gateway.hygiene_threshold))
 
 
-async def sweep(sessions: SessionManager, *, dry_run: bool = False, progress: Progress | None = None) -> SweepReport:
-    """Run hygiene over every open session the indexed query reports over a limit."""
+async def sweep(sessions: SessionManager, *, dry_run: bool = False, progress: Progress | None = None,
+                events: EventSink | None = None) -> SweepReport:
+    """Run hygiene over every open session the indexed query reports over a limit. The runtime's metrics
+    count its compressions as the sweep's; ``events`` hears them too."""
     started = time.perf_counter()
     rt = sessions.rt
+    events = fan_out(rt.metrics.tagged(KIND_SWEEP), events)
     limit_tokens = sweep_token_limit(sessions)
     limit_messages = rt.settings.gateway.hygiene_hard_message_limit
     candidates = await rt.store.sessions.list_needing_hygiene(limit_tokens, limit_messages)
@@ -85,7 +90,7 @@ async def sweep(sessions: SessionManager, *, dry_run: bool = False, progress: Pr
                 if current is None or not current.active:
                     continue  # ended while we were getting here
                 live = await sessions.attach(current, None, remember=False)
-                outcome = await run_hygiene(sessions, live, dry_run=dry_run)
+                outcome = await run_hygiene(sessions, live, dry_run=dry_run, events=events)
             check = outcome.check
             if outcome.compressed and outcome.result is not None:
                 text, after = "compressed", outcome.result.tokens_after

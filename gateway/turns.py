@@ -12,10 +12,11 @@ import dataclasses
 import logging
 from typing import Any
 
-from agent.events import EventSink, NoticeSink
+from agent.events import AgentEvent, EventSink, Notice, NoticeKind, NoticeSink, emit_event, emit_notice
 from agent.turn import Compaction, TurnResult
 from gateway.compaction import persist_compaction
 from gateway.engine_state import export_engine_state
+from gateway.metrics import EVENT_COMPRESS_ABORTED
 from gateway.session import LiveSession, SessionManager
 
 __all__ = ["agent_turn", "persist_turn"]
@@ -39,7 +40,14 @@ async def agent_turn(
     async def switch(compaction: Compaction) -> str:
         return await persist_compaction(sessions, live, compaction.result, f"agent: {compaction.trigger}")
 
-    loop.notices, loop.events, loop.switch_session = notices, events, switch
+    async def notice(sent: Notice) -> None:
+        # The loop reports a compression that gave up only as this notice (once per turn), so it is turned
+        # into the event the metrics count here; which trigger it was is not known.
+        if sent.kind is NoticeKind.COMPRESSION_ABORTED:
+            await emit_event(events, AgentEvent(EVENT_COMPRESS_ABORTED, loop.session_id, {"reason": "agent"}))
+        await emit_notice(notices, sent)
+
+    loop.notices, loop.events, loop.switch_session = notice, events, switch
     try:
         result = await loop.run_turn(live.messages, message)
     finally:

@@ -41,10 +41,10 @@ async def test_commands_are_synced_at_login(fake_discord: FakeDiscord, start_sla
     await start_slash(Inbox())
     assert fake_discord.synced_commands is not None
     by_name = {c["name"]: c for c in fake_discord.synced_commands}
-    assert sorted(by_name) == ["compress", "help", "new", "status"]
+    assert sorted(by_name) == ["compress", "help", "new", "stats", "status"]
     [focus] = by_name["compress"]["options"]
     assert (focus["name"], focus["type"], focus.get("required", False)) == ("focus", 3, False)
-    assert all(by_name[name]["options"] == [] for name in ("new", "status", "help"))
+    assert all(by_name[name]["options"] == [] for name in ("new", "status", "stats", "help"))
     assert "PUT /api/v10/applications/1000/commands" in fake_discord.requests
 
 

@@ -13,7 +13,7 @@ async def test_slash_commands_through_the_gateway(make_platforms: PlatformsFacto
     platforms = await make_platforms(discord={"slash_commands": True})
     discord = platforms.discord
     assert discord.synced_commands is not None
-    assert sorted(c["name"] for c in discord.synced_commands) == ["compress", "help", "new", "status"]
+    assert sorted(c["name"] for c in discord.synced_commands) == ["compress", "help", "new", "stats", "status"]
     session = await platforms.bulk_history("discord", f"group:{CHANNEL_ID}", chatter(40, words=60))
     kinds = answer_by_kind(platforms.llm)
 
@@ -39,6 +39,11 @@ async def test_slash_commands_through_the_gateway(make_platforms: PlatformsFacto
     # The compaction notice went to the channel; no reply to a command did.
     assert all(m.reference_id is None for m in discord.sent_messages)
     assert all(SUMMARY_MARKER not in text for text in platforms.sent_texts())
+
+    stats = await discord.inject_interaction("stats", user_id=DISCORD_ADMIN)
+    await until(lambda: len(discord.interaction_replies) == 4)
+    assert discord.interaction_replies[3].token == stats["token"]
+    assert "  manual /compress — 1 (avg " in discord.interaction_replies[3].content
 
     # Telegram is served by the same gateway meanwhile.
     platforms.telegram.inject_message("/status@testbot", chat_id=-100123)
