@@ -27,6 +27,7 @@ __all__ = [
     "format_stats",
     "format_status",
     "is_admin",
+    "is_operator",
     "run_command",
     "status_figures",
 ]
@@ -44,6 +45,7 @@ GROUP_ADMIN_COMMANDS = frozenset({"compress", "new", "stats"})
 
 NOTHING_TO_COMPRESS = "Nothing to compress: everything is already in the protected head and tail."
 REFUSAL = "Sorry, /{name} is for admins only."
+OPERATOR_REFUSAL = "Sorry, /stats is for the bot's operators (gateway.admins) only."
 BUSY = "A compression of this conversation is already running; try again in a moment."
 MANUAL_REASON = "manual /compress"
 
@@ -79,6 +81,15 @@ def is_admin(platform: str, user_id: str, admins: list[str], hint: bool = False)
     operator enabled those checks); the configured list is always honoured on its own.
     """
     return hint or f"{platform}:{user_id}" in admins
+
+
+def is_operator(inbound: Inbound, admins: list[str]) -> bool:
+    """Whether the sender runs this bot: configured in ``gateway.admins``, or at the local console.
+
+    Stricter than `is_admin`: a Discord admin role or Telegram chat administrator runs one community, and
+    gateway-wide figures describe every community the bot serves.
+    """
+    return inbound.platform == "console" or is_admin(inbound.platform, inbound.user_id, admins)
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +218,8 @@ async def run_command(command: Command, ctx: CommandContext) -> tuple[str, LiveS
     if command.name == "status":
         return format_status(status_figures(ctx.sessions, ctx.live)), ctx.live
     if command.name == "stats":
+        if not is_operator(ctx.inbound, ctx.sessions.rt.settings.gateway.admins):
+            return OPERATOR_REFUSAL, ctx.live
         return format_stats(ctx.sessions.rt.metrics, len(ctx.sessions)), ctx.live
     if command.name == "help":
         return format_help(ctx.admin), ctx.live

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from agent.events import EVENT_LLM_RESPONSE, AgentEvent
-from gateway.commands import REFUSAL
+from gateway.commands import OPERATOR_REFUSAL, REFUSAL
 from gateway.metrics import Metrics, compression_kind, fan_out, percentile
 from gateway.router import Router
 from gateway.store import EngineState
@@ -230,3 +230,12 @@ async def test_unknown_reasons_share_one_tally() -> None:
     assert (metrics.compressions["other"].count, metrics.compressions["other"].tokens_saved) == (50, 30_000)
     assert compression_kind("agent: recovery") == compression_kind("recovery") == "agent: recovery"
     assert compression_kind("hygiene: message count") == "hygiene: messages"
+
+
+async def test_stats_are_for_operators_not_community_admins(gateway_factory: GatewayFactory) -> None:
+    _, adapter = await gateway_factory()
+    # A Discord admin role / Telegram chat admin runs one community; gateway-wide figures cover all of them.
+    await adapter.say("/stats", user_id="mod", admin_hint=True)
+    assert adapter.texts("c1")[-1] == OPERATOR_REFUSAL
+    await adapter.say("/stats", user_id="boss")
+    assert adapter.texts("c1")[-1].startswith("Uptime:")
