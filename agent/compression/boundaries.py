@@ -25,6 +25,7 @@ __all__ = [
     "head_size",
     "min_tail_count",
     "protect_anchors",
+    "walk_tail",
 ]
 
 SOFT_CEILING_FACTOR = 1.5
@@ -72,7 +73,9 @@ def align_forward(messages: Sequence[Message], start: int) -> int:
     return start
 
 
-def _walk(messages: Sequence[Message], head_end: int, ceiling: int, min_tail: int, counter: TokenCounter) -> int:
+def walk_tail(messages: Sequence[Message], head_end: int, ceiling: int, min_tail: int, counter: TokenCounter) -> int:
+    """Walk back from the end, taking messages while they fit ``ceiling`` tokens (but at least ``min_tail``),
+    never into the head; return the first index taken."""
     n = len(messages)
     accumulated = 0
     cut = n
@@ -93,9 +96,9 @@ def find_tail_cut(
     If everything after the head fits under the soft ceiling, walk again with the plain budget so that a
     transcript just over the threshold still has a middle to compress.
     """
-    cut = _walk(messages, head_end, int(tail_budget * SOFT_CEILING_FACTOR), min_tail, counter)
+    cut = walk_tail(messages, head_end, int(tail_budget * SOFT_CEILING_FACTOR), min_tail, counter)
     if cut <= head_end:
-        cut = _walk(messages, head_end, tail_budget, min_tail, counter)
+        cut = walk_tail(messages, head_end, tail_budget, min_tail, counter)
     return cut
 
 

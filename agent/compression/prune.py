@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent.compression.boundaries import anchor_indices
+from agent.compression.boundaries import anchor_indices, walk_tail
 from agent.compression.describe import describe_tool_result
 from agent.compression.messages import Message, content_text, is_image_part, parse_arguments, tool_calls_of
 from agent.tokens import TokenCounter
@@ -62,16 +62,7 @@ def find_prune_boundary(
     messages: Sequence[Message], tail_budget: int, min_tail: int, counter: TokenCounter
 ) -> int:
     """First index of the protected tail: the newest messages within ``tail_budget`` tokens, at least ``min_tail``."""
-    n = len(messages)
-    accumulated = 0
-    boundary = n
-    for i in range(n - 1, -1, -1):
-        tokens = counter.count_message(messages[i])
-        if n - boundary >= min_tail and accumulated + tokens > tail_budget:
-            break
-        accumulated += tokens
-        boundary = i
-    return boundary
+    return walk_tail(messages, 0, tail_budget, min_tail, counter)
 
 
 def _content_key(content: Any) -> tuple[str, int]:
