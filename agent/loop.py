@@ -18,17 +18,15 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from agent.compaction_steps import after_compaction, before_compaction
 from agent.compression.engine import CompressionResult, ContextEngine
 from agent.events import (
-    EVENT_COMPRESS,
     EVENT_LLM_RESPONSE,
     EVENT_TOOL_RESULT,
     AgentEvent,
     EventSink,
     NoticeSink,
     aborted_notice,
-    compacting_notice,
-    compressed_many_times_notice,
     compression_skipped_notice,
     emit_event,
     emit_notice,
@@ -300,15 +298,9 @@ class AgentLoop:
 
     async def _compress(self, turn: _Turn, trigger: str, tokens: int, *, force: bool = False) -> CompressionResult:
         framed = [{"role": "system", "content": self.system_prompt}, *turn.messages]
-        if self.memory is not None:
-            try:
-                await self.memory.on_pre_compress(turn.messages)
-            except Exception:  # rescuing memories is best effort; it must not block the compression
-                log.warning("memory on_pre_compress failed", exc_info=True)
-        # Announced only when a summary call will really be made (not for a static fallback in a cooldown).
-        if not turn.told_compacting and self.engine.will_summarize(framed, force=force):
+        if await before_compaction(self.engine, self.memory, framed, force=force, notices=self.notices,
+                                   announce=not turn.told_compacting):
             turn.told_compacting = True
-            await emit_notice(self.notices, compacting_notice())
         result = await self.engine.compress(framed, current_tokens=tokens, force=force)
         # Every later check of the turn is still over the threshold and aborts again: warn once per turn.
         if result.aborted and not turn.told_aborted:
@@ -333,16 +325,8 @@ class AgentLoop:
             self.session_id = await self.switch_session(compaction)
             compaction = replace(compaction, session_id=self.session_id)
             turn.compactions[-1] = compaction
-        self.engine.on_session_start(self.session_id, result.messages)
-        if self.memory is not None:
-            try:
-                await self.memory.on_session_switch(old_id, self.session_id)
-            except Exception:
-                log.warning("memory on_session_switch failed", exc_info=True)
-        await emit_event(self.events, AgentEvent(EVENT_COMPRESS, self.session_id,
-                                                 {"compaction": compaction, "result": result}))
-        if self.engine.compression_count >= 2:
-            await emit_notice(self.notices, compressed_many_times_notice(self.engine.compression_count))
+        await after_compaction(self.engine, self.memory, compaction, result.messages, notices=self.notices,
+                               events=self.events)
 
     # --- tools -------------------------------------------------------------------------------------------
 

@@ -14,15 +14,13 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from agent.compaction_steps import after_compaction, before_compaction
 from agent.compression.engine import CompressionResult
 from agent.events import (
-    EVENT_COMPRESS,
     AgentEvent,
     EventSink,
     NoticeSink,
     aborted_notice,
-    compacting_notice,
-    compressed_many_times_notice,
     emit_event,
     emit_notice,
 )
@@ -95,12 +93,7 @@ async def compress_session(
     framed = [{"role": "system", "content": live.system_prompt}, *live.messages]
     tokens = sessions.rt.counter.count_request(live.messages, system=live.system_prompt,
                                                tools=live.loop.tools.schemas())
-    try:
-        await memory.on_pre_compress(live.messages)
-    except Exception:  # rescuing facts is best effort; it must not block the compression
-        log.warning("memory on_pre_compress failed", exc_info=True)
-    if engine.will_summarize(framed, force=force):
-        await emit_notice(notices, compacting_notice())
+    await before_compaction(engine, memory, framed, force=force, notices=notices)
     result = await engine.compress(framed, current_tokens=tokens, focus_topic=focus, force=force)
     if result.aborted:
         await emit_notice(notices, aborted_notice(result.reason))
@@ -110,16 +103,9 @@ async def compress_session(
         return result
     old_id = live.id
     await persist_compaction(sessions, live, result, reason)
-    engine.on_session_start(live.id, live.messages)
-    # Also in place (same id twice), as the agent loop does: memory hears of every compaction (R-S4).
-    try:
-        await memory.on_session_switch(old_id, live.id)
-    except Exception:
-        log.warning("memory on_session_switch failed", exc_info=True)
+    # Also in place (same id twice), as in the agent loop: engine and memory hear of every compaction (R-S4).
     compaction = Compaction(reason, result, live.system_prompt, old_id, live.id)
-    await emit_event(events, AgentEvent(EVENT_COMPRESS, live.id, {"compaction": compaction, "result": result}))
-    if engine.compression_count >= 2:
-        await emit_notice(notices, compressed_many_times_notice(engine.compression_count))
+    await after_compaction(engine, memory, compaction, live.messages, notices=notices, events=events)
     return result
 
 

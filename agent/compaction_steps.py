@@ -1,0 +1,79 @@
+"""The steps around every compaction, shared by the agent loop and the gateway (hygiene, /compress, sweep).
+
+Before: let memory rescue facts (R-S6) and announce a summary call. After: tell the engine and memory that
+the conversation continues on the compacted list (R-S4), emit ``session:compress``, and warn when a session
+has been compressed many times (R-G7). Keeping them in one place keeps every trigger path alike.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from agent.compression.engine import ContextEngine
+from agent.events import (
+    EVENT_COMPRESS,
+    AgentEvent,
+    EventSink,
+    NoticeSink,
+    compacting_notice,
+    compressed_many_times_notice,
+    emit_event,
+    emit_notice,
+)
+from agent.memory import MemoryProvider
+from agent.turn import Compaction
+
+__all__ = ["after_compaction", "before_compaction"]
+
+log = logging.getLogger(__name__)
+
+_MANY_COMPRESSIONS = 2
+
+
+async def before_compaction(
+    engine: ContextEngine,
+    memory: MemoryProvider | None,
+    framed: Sequence[Mapping[str, Any]],
+    *,
+    force: bool,
+    notices: NoticeSink | None,
+    announce: bool = True,
+) -> bool:
+    """Let memory see the messages about to be compacted; announce it when a summary call will be made.
+
+    ``framed`` is the list the engine will compress (system prompt first). Returns whether it announced.
+    """
+    if memory is not None:
+        try:
+            await memory.on_pre_compress(list(framed[1:] if framed and framed[0].get("role") == "system" else framed))
+        except Exception:  # rescuing facts is best effort; it must not block the compression
+            log.warning("memory on_pre_compress failed", exc_info=True)
+    # Only when a summary call will really be made (not for a static fallback during a cooldown).
+    if announce and engine.will_summarize(framed, force=force):
+        await emit_notice(notices, compacting_notice())
+        return True
+    return False
+
+
+async def after_compaction(
+    engine: ContextEngine,
+    memory: MemoryProvider | None,
+    compaction: Compaction,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    notices: NoticeSink | None,
+    events: EventSink | None,
+) -> None:
+    """The conversation now continues as ``messages`` under ``compaction.session_id``: tell everyone (R-S4)."""
+    engine.on_session_start(compaction.session_id, messages)
+    if memory is not None:
+        try:
+            await memory.on_session_switch(compaction.old_session_id, compaction.session_id)
+        except Exception:
+            log.warning("memory on_session_switch failed", exc_info=True)
+    await emit_event(events, AgentEvent(EVENT_COMPRESS, compaction.session_id,
+                                        {"compaction": compaction, "result": compaction.result}))
+    if engine.compression_count >= _MANY_COMPRESSIONS:
+        await emit_notice(notices, compressed_many_times_notice(engine.compression_count))
