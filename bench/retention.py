@@ -123,14 +123,13 @@ async def run(windows: Sequence[float], provider_factory: Callable[[], Provider]
 
 
 def _configured_summary_provider() -> Provider:
-    from agent.llm.models import build_provider_from_spec, resolve_auxiliary
+    from gateway.app import summary_provider_for
     from gateway.config import load_settings
 
     settings = load_settings()
     if not settings.llm.configured:
         raise SystemExit("bench.retention --summary llm: set CONCORD_LLM__BASE_URL and CONCORD_LLM__MODEL first")
-    spec = resolve_auxiliary(settings.llm, settings.auxiliary.compression)
-    return build_provider_from_spec(spec, timeout=settings.llm.timeout_seconds, require_api_key=spec.base_url is None)
+    return summary_provider_for(settings)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

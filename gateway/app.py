@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
+from typing import Any
 
 from rich.progress import Progress as RichProgress
 
@@ -44,9 +45,11 @@ __all__ = [
     "build_adapters",
     "build_runtime",
     "llm_setup_help",
+    "main_provider_for",
     "print_sweep_report",
     "run_gateway",
     "run_sweep",
+    "summary_provider_for",
 ]
 
 log = logging.getLogger(__name__)
@@ -82,11 +85,32 @@ def _secret(value: object) -> str | None:
     return getter() if callable(getter) else None
 
 
-def _main_provider(settings: Settings) -> Provider:
+def _provider_options(settings: Settings, base_url: str | None) -> dict[str, Any]:
+    caching = settings.prompt_caching
+    return {
+        "timeout": settings.llm.timeout_seconds,
+        # A base URL of one's own is usually a local server (llama.cpp, Ollama, vLLM) that wants no key.
+        "require_api_key": base_url is None,
+        # None: on where the route accepts cache_control (R-K2); False: the operator switched it off.
+        "prompt_caching": None if caching.enabled else False,
+        "cache_ttl": caching.cache_ttl,
+    }
+
+
+def main_provider_for(settings: Settings) -> Provider:
+    """The main model's provider as configured (``llm.*``, ``prompt_caching.*``)."""
     llm = settings.llm
-    # A base URL of one's own is usually a local server (llama.cpp, Ollama, vLLM) that wants no key.
     return build_provider(llm.provider, llm.base_url, _secret(llm.api_key), llm.model,
-                          timeout=llm.timeout_seconds, require_api_key=llm.base_url is None)
+                          **_provider_options(settings, llm.base_url))
+
+
+def summary_provider_for(settings: Settings, main: Provider | None = None) -> Provider:
+    """The summary model's provider (``auxiliary.compression``, falling back to ``llm``); ``main`` is reused
+    when the summary model is the main model."""
+    spec = resolve_auxiliary(settings.llm, settings.auxiliary.compression)
+    if main is not None and spec.model == settings.llm.model:
+        return main
+    return build_provider_from_spec(spec, **_provider_options(settings, spec.base_url))
 
 
 def _engine_factory(settings: Settings, provider: Provider, summary: Provider) -> Callable[[], ContextEngine]:
@@ -134,10 +158,8 @@ async def build_runtime(settings: Settings, *, provider: Provider | None = None,
                         locks: LockBackend | None = None, summary_provider: Provider | None = None,
                         clock: Callable[[], datetime] = utc_now) -> Runtime:
     """Construct the shared dependencies; the store is migrated when this function opens it."""
-    provider = provider or _main_provider(settings)
-    if summary_provider is None:
-        spec = resolve_auxiliary(settings.llm, settings.auxiliary.compression)
-        summary_provider = provider if spec.model == settings.llm.model else build_provider_from_spec(spec)
+    provider = provider or main_provider_for(settings)
+    summary_provider = summary_provider or summary_provider_for(settings, provider)
     metrics = Metrics()
     # The engine's calls are summaries (its main provider is only a fallback for them): metered here, since
     # only the agent loop's own calls arrive as llm:response events.

@@ -104,16 +104,14 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 def _cmd_compress(args: argparse.Namespace) -> int:
     from agent.compression.cli import run_compress_command
-    from agent.llm.models import build_provider_from_spec, resolve_auxiliary
+    from gateway.app import summary_provider_for
 
     def summary_provider() -> Provider:
         settings = load_settings()
         if not settings.llm.configured and not settings.auxiliary.compression.base_url:
             raise ConfigError("--summary llm needs a model: set CONCORD_LLM__BASE_URL and CONCORD_LLM__MODEL "
                               "(or CONCORD_AUXILIARY__COMPRESSION__*), or use --summary static")
-        spec = resolve_auxiliary(settings.llm, settings.auxiliary.compression)
-        return build_provider_from_spec(spec, timeout=settings.llm.timeout_seconds,
-                                        require_api_key=spec.base_url is None)
+        return summary_provider_for(settings)
 
     return run_compress_command(args, provider_factory=summary_provider)
 
