@@ -175,6 +175,8 @@ class AgentLoop:
     # --- trigger ①: preflight -------------------------------------------------------------------------
 
     async def _preflight(self, turn: _Turn) -> None:
+        if not self.config.auto_compress:
+            return
         engine, schemas = self.engine, self.tools.schemas()
         first, last = _protected_counts(engine)
         rough = estimate_request_tokens_rough(turn.messages, system=self.system_prompt, tools=schemas)
@@ -215,6 +217,8 @@ class AgentLoop:
     # --- trigger ②: post-response -----------------------------------------------------------------------
 
     async def _post_response(self, turn: _Turn) -> None:
+        if not self.config.auto_compress:
+            return
         tokens = post_response_tokens(self.engine.last_prompt_tokens)
         if tokens is None:
             # No usage reported: estimate, so a session cannot grow without bound; count exactly to decide.

@@ -46,6 +46,9 @@ class LoopConfig:
     # A preflight pass that leaves ≥ 95% of the tokens and as many messages made no progress.
     min_progress_ratio: float = 0.05
     max_output_shrinks: int = 3
+    # False: never compress on the loop's own initiative (preflight, post-response); recovery from a provider's
+    # context-overflow error still compresses, since the alternative is a conversation that cannot continue.
+    auto_compress: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,7 @@ __all__ = ["HygieneOutcome", "compress_session", "hygiene_check", "persist_compa
 log = logging.getLogger(__name__)
 
 SKIP_LOCKED = "compression lock held by another worker"
+SKIP_DISABLED = "compression disabled (compression.enabled: false)"
 SKIP_BLOCKED = "engine blocked (recent compressions were ineffective)"
 
 
@@ -151,6 +152,8 @@ async def run_hygiene(
     check = hygiene_check(sessions, live)
     if not check.needed:
         return HygieneOutcome(check)
+    if not sessions.rt.settings.compression.enabled:
+        return HygieneOutcome(check, skipped=SKIP_DISABLED)
     engine = live.engine
     if not engine.should_compress(max(check.tokens, engine.threshold_tokens)):
         log.info("hygiene skipped for %s: %s (%s)", live.id, SKIP_BLOCKED, check.reason)

@@ -17,6 +17,7 @@ from agent.compression.engine import ContextEngine
 from agent.loop import AgentLoop
 from agent.memory import MemoryProvider
 from agent.tools.registry import ToolRegistry
+from agent.turn import LoopConfig
 from gateway.continuity import END_IDLE, continuity_note, previous_idle_session
 from gateway.engine_state import restore_engine_state
 from gateway.keys import SessionKey
@@ -176,6 +177,8 @@ class SessionManager:
         loop = AgentLoop(
             provider=rt.provider, engine=engine, system_prompt=prompt, session_id=record.id, tools=tools,
             memory=memory, max_tokens=rt.settings.llm.max_tokens, model=rt.model or None, counter=rt.counter,
+            config=LoopConfig(max_iterations=rt.settings.llm.max_iterations,
+                              auto_compress=rt.settings.compression.enabled),
         )
         # Registered last (after the loop exists) so it follows the session id through rotations.
         tools.register(recall_tool(rt.store, lambda: loop.session_id))
