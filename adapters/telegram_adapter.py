@@ -5,7 +5,12 @@ loop); webhook mode with a secret token by configuration; ``api_base_url`` point
 
 Privacy mode: with BotFather's privacy mode on (the default), Telegram delivers only commands, @mentions
 and replies to the bot in groups. Turn it off (``/setprivacy``) for unaddressed chatter to reach the
-callback as context. Replies are sent as plain text (no parse mode), so Markdown is shown literally.
+callback as context.
+
+Replies: the model writes Markdown, which Telegram does not render, so by default (``parse_mode="html"``) each
+split chunk is converted to Telegram HTML (:mod:`adapters.telegram_format`) and sent with parse mode HTML.
+Should Telegram still refuse a chunk's markup ("can't parse entities"), that chunk goes again as plain text,
+so a reply is never lost. ``parse_mode="plain"`` sends the Markdown as it is.
 """
 
 from __future__ import annotations
@@ -36,12 +41,15 @@ from adapters.base import (
     ChatType,
     Inbound,
     InboundHandler,
+    Outbound,
     SendError,
     keep_alive,
     parse_command,
+    split_message,
     utf16_len,
 )
 from adapters.logsafe import redact_in_logs
+from adapters.telegram_format import markdown_to_telegram_html
 
 log = logging.getLogger(__name__)
 
@@ -73,10 +81,15 @@ class TelegramSettings:
     max_inbound_chars: int = 16_000
     max_attachment_bytes: int = 10_000_000
     drain_seconds: float = 30.0
+    parse_mode: Literal["html", "plain"] = "html"
 
     def __post_init__(self) -> None:
         if self.mode == "webhook" and not (self.webhook_url and self.webhook_secret):
             raise ValueError("telegram webhook mode needs webhook_url and webhook_secret")
+
+
+class _UnparsableMarkup(Exception):
+    """Telegram could not parse the entities of a formatted message (its 400 "can't parse entities")."""
 
 
 class _SkippingUpdatesRequest(HTTPXRequest):
@@ -108,6 +121,13 @@ def _parseable(update: dict[str, Any]) -> dict[str, Any]:
         log.warning("telegram: skipping malformed update %s (%s)", update.get("update_id"), type(exc).__name__)
         return {"update_id": update.get("update_id")}
     return update
+
+
+def _refuses_markup(description: str) -> bool:
+    """Whether a 400 is about the formatting: unparsable entities, or markup that leaves no visible text
+    (the plain Markdown of a chunk is never blank)."""
+    lowered = description.lower()
+    return "can't parse entities" in lowered or "text is empty" in lowered
 
 
 def _seconds(value: int | float | timedelta) -> float:
@@ -201,13 +221,46 @@ class TelegramAdapter(Adapter):
             "telegram typing",
         )
 
+    async def deliver(self, out: Outbound) -> None:
+        """Send an Outbound, as HTML converted chunk by chunk unless ``parse_mode`` is "plain"; the reply
+        reference goes on the first chunk only."""
+        if self.settings.parse_mode == "plain":
+            await super().deliver(out)
+            return
+        # Split the Markdown, not the HTML: the splitter closes and reopens code fences per chunk, so each
+        # chunk converts to balanced HTML on its own.
+        chunks = split_message(out.text, self.limit, self.length, out.continuation_prefix)
+        pairs = [pair for chunk in chunks for pair in self._formatted(chunk, out.continuation_prefix)]
+        for index, (markdown, markup) in enumerate(pairs):
+            reply_to = out.reply_to_message_id if index == 0 else None
+            try:
+                await self._post(out.chat, markup, reply_to, "HTML")
+            except _UnparsableMarkup:
+                log.warning("telegram: formatted chunk refused (can't parse entities); sending it as plain text")
+                await self._post(out.chat, markdown, reply_to, None)
+
+    def _formatted(self, markdown: str, prefix: str) -> list[tuple[str, str]]:
+        """(Markdown, HTML) pairs for one chunk; tags and entities lengthen the text, so a chunk whose HTML
+        is over the limit is split again, in proportion, until every piece fits."""
+        markup = markdown_to_telegram_html(markdown)
+        size, converted = utf16_len(markdown), utf16_len(markup)
+        if converted <= self.limit:
+            return [(markdown, markup)]
+        smaller = min(size - 1, size * self.limit // converted)
+        return [pair for piece in split_message(markdown, smaller, utf16_len, prefix)
+                for pair in self._formatted(piece, prefix)]
+
     async def _send_chunk(self, chat: ChatRef, text: str, reply_to: str | None) -> None:
+        await self._post(chat, text, reply_to, None)
+
+    async def _post(self, chat: ChatRef, text: str, reply_to: str | None, parse_mode: str | None) -> None:
+        """sendMessage with bounded retries; raises _UnparsableMarkup when Telegram refuses the markup."""
         reply = ReplyParameters(int(reply_to), allow_sending_without_reply=True) if reply_to else None
         thread = int(chat.thread_id) if chat.thread_id else None
         for attempt in range(1, self.settings.max_retry_attempts + 1):
             try:
                 await self.app.bot.send_message(
-                    int(chat.chat_id), text, message_thread_id=thread, reply_parameters=reply
+                    int(chat.chat_id), text, message_thread_id=thread, reply_parameters=reply, parse_mode=parse_mode
                 )
                 return
             except RetryAfter as exc:
@@ -219,6 +272,8 @@ class TelegramAdapter(Adapter):
                 log.info("telegram: rate limited, retrying in %.1f s (attempt %d)", wait, attempt)
                 await asyncio.sleep(wait)
             except (BadRequest, Forbidden) as exc:
+                if parse_mode and isinstance(exc, BadRequest) and _refuses_markup(exc.message):
+                    raise _UnparsableMarkup from None
                 raise SendError(f"telegram refused the message: {exc.message}") from None
             except NetworkError as exc:
                 log.warning("telegram: send failed (%s), attempt %d", type(exc).__name__, attempt)

@@ -1,4 +1,5 @@
-"""The Telegram adapter driven through the real python-telegram-bot client against the fake Bot API."""
+"""The Telegram adapter driven through the real python-telegram-bot client against the fake Bot API, which
+parses HTML like Telegram (formatted replies, their re-splitting and plain-text fallback are at the end)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from typing import Any
 import httpx
 import pytest
 
-from adapters.base import ChatRef, Inbound, SendError, utf16_len
+from adapters.base import ChatRef, Inbound, Outbound, SendError, split_message, utf16_len
 from adapters.telegram_adapter import TelegramAdapter, TelegramSettings
-from tests.adapters.test_split import _content, _fence_lines_balanced
+from tests.adapters.test_split import _content
 from tests.fakes.inbox import Inbox
 from tests.fakes.telegram_server import FakeTelegram
 
@@ -68,11 +69,13 @@ async def test_group_mention_reply_arrives_as_valid_chunks(fake_telegram: FakeTe
     chunks = await fake_telegram.wait_for_messages(3)
     await asyncio.sleep(0.2)
     chunks = fake_telegram.sent_messages
-    assert all(utf16_len(c.text) <= 4096 and _fence_lines_balanced(c.text) for c in chunks)
+    # Sent as HTML (the fake parses it like Telegram): each chunk within the limit and its code block closed.
+    assert all(c.parse_mode == "HTML" and utf16_len(c.text) <= 4096 for c in chunks)
+    assert all(c.text.count("<pre>") == c.text.count("</pre>") for c in chunks)
     assert chunks[0].reply_to_message_id == sent["message_id"]
     assert all(c.reply_to_message_id is None for c in chunks[1:])
-    assert _content("".join(c.text for c in chunks)) == _content(answer)
-    assert any(c.text.startswith("```python\n") for c in chunks[1:])
+    assert _content("".join(c.visible_text for c in chunks)) == _content(answer)
+    assert any(c.text.startswith('<pre><code class="language-python">') for c in chunks[1:])
 
 
 async def test_unaddressed_chatter_and_replies_to_bot(fake_telegram: FakeTelegram, start_telegram: StartFn) -> None:
@@ -346,3 +349,77 @@ async def test_request_logs_never_show_the_token(fake_telegram: FakeTelegram, st
     await adapter.send(inbound, "seen")
     assert "HTTP Request" in caplog.text and "/file/bot" in caplog.text
     assert fake_telegram.token not in caplog.text
+
+
+# -- formatted replies (the fake parses HTML like Telegram) -----------------------------------------
+GROUP = ChatRef("telegram", "-100123")
+
+
+async def test_markdown_reply_arrives_as_html(fake_telegram: FakeTelegram, start_telegram: StartFn) -> None:
+    adapter = await start_telegram(Inbox())
+    await adapter.send(GROUP, "**Done**: use `a < b` & see [docs](https://example.com/x_(y)).\n- one_two")
+    [sent] = fake_telegram.sent_messages
+    assert sent.parse_mode == "HTML"
+    assert sent.text == ('<b>Done</b>: use <code>a &lt; b</code> &amp; see '
+                         '<a href="https://example.com/x_(y)">docs</a>.\n• one_two')
+    assert sent.visible_text == "Done: use a < b & see docs.\n• one_two"
+
+
+async def test_markup_longer_than_the_limit_is_split_again(fake_telegram: FakeTelegram,
+                                                           start_telegram: StartFn) -> None:
+    # Escaping makes this HTML about 1.6 times its Markdown: chunks that fit as Markdown are too long as HTML.
+    code = "\n".join(f'<div class="row">&nbsp;{i} & {i}</div>' for i in range(260))
+    prose = "a < b & c > d; " * 300
+    answer = f"## Layout\n\nThe **grid** below <renders> rows:\n\n```html\n{code}\n```\n\n{prose}"
+    adapter = await start_telegram(Inbox())
+    await adapter.deliver(Outbound(GROUP, answer, reply_to_message_id="7", continuation_prefix="@alice "))
+
+    sent = fake_telegram.sent_messages
+    assert len(sent) > len(split_message(answer, 4096, utf16_len, "@alice "))
+    assert all(m.parse_mode == "HTML" and utf16_len(m.text) <= 4096 for m in sent)
+    assert all(m.text.count("<pre>") == m.text.count("</pre>") for m in sent)
+    assert [m.reply_to_message_id for m in sent] == [7] + [None] * (len(sent) - 1)
+    assert all(m.text.startswith("@alice ") for m in sent[1:])
+    shown = "".join(m.visible_text.removeprefix("@alice ") for m in sent)
+    assert _content(shown) == _content(answer.replace("## ", "").replace("**", ""))
+
+
+async def test_refused_markup_is_sent_again_as_plain_text(
+    fake_telegram: FakeTelegram, start_telegram: StartFn, caplog: pytest.LogCaptureFixture
+) -> None:
+    adapter = await start_telegram(Inbox())
+    answer = "\n\n".join(f"**Point {i}**: the cache keeps `warm` entries." for i in range(200))
+    fake_telegram.fail_next("sendMessage", parse_error=True)
+    await adapter.deliver(Outbound(GROUP, answer, reply_to_message_id="5"))
+
+    first, *rest = fake_telegram.sent_messages
+    assert rest and first.parse_mode is None and first.text.startswith("**Point 0**: the cache keeps `warm`")
+    assert first.reply_to_message_id == 5 and all(m.reply_to_message_id is None for m in rest)
+    assert all(m.parse_mode == "HTML" and m.text.startswith("<b>Point") for m in rest)
+    assert fake_telegram.calls.count("sendMessage") == len(fake_telegram.sent_messages) + 1
+    assert "sending it as plain text" in caplog.text
+
+
+async def test_markup_with_nothing_to_show_is_sent_as_plain_text(fake_telegram: FakeTelegram,
+                                                                 start_telegram: StartFn) -> None:
+    # An empty code block is markup only: Telegram would answer "message text is empty".
+    adapter = await start_telegram(Inbox())
+    await adapter.send(GROUP, "```\n```")
+    [sent] = fake_telegram.sent_messages
+    assert (sent.parse_mode, sent.text) == (None, "```\n```")
+
+
+async def test_plain_mode_sends_the_markdown_untouched(fake_telegram: FakeTelegram, start_telegram: StartFn) -> None:
+    adapter = await start_telegram(Inbox(), parse_mode="plain")
+    await adapter.send(GROUP, "**bold** <b>not a tag</b> & `code`")
+    [sent] = fake_telegram.sent_messages
+    assert (sent.parse_mode, sent.text) == (None, "**bold** <b>not a tag</b> & `code`")
+
+
+async def test_other_refusals_are_not_retried_as_plain_text(fake_telegram: FakeTelegram,
+                                                           start_telegram: StartFn) -> None:
+    adapter = await start_telegram(Inbox())
+    fake_telegram.blocked_chats.add("-100123")
+    with pytest.raises(SendError, match="blocked"):
+        await adapter.send(GROUP, "**hello**")
+    assert fake_telegram.calls.count("sendMessage") == 1

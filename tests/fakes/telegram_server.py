@@ -4,13 +4,17 @@ Serves ``/bot<token>/<method>`` (getMe, getUpdates long poll with offset, sendMe
 editMessageText, setWebhook, deleteWebhook, getChatMember, getFile) and ``/file/bot<token>/<path>``.
 Tests inject updates with :meth:`FakeTelegram.inject_message` / :meth:`inject_update`, make a method
 answer 429 with :meth:`fail_next`, and read what the bot sent from ``sent_messages`` and ``chat_actions``.
-Like the real API it refuses empty texts and texts over 4,096 UTF-16 units.
+Like the real API it refuses empty texts and texts over 4,096 UTF-16 units (for ``parse_mode="HTML"``, of the
+text after parsing), and refuses HTML it cannot parse with Telegram's 400 "can't parse entities" (see
+:func:`telegram_html_text`); ``fail_next(..., parse_error=True)`` makes it refuse the next formatted text.
 """
 
 from __future__ import annotations
 
 import asyncio
+import html
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,12 +40,15 @@ class SentMessage:
     message_thread_id: int | None
     reply_to_message_id: int | None
     at: float
+    parse_mode: str | None = None
+    visible_text: str = ""  # what the user sees: ``text`` itself, or the text of its HTML
 
 
 @dataclass
 class _Failure:
     times: int
     retry_after: int
+    parse_error: bool = False
 
 
 @dataclass
@@ -151,9 +158,10 @@ class FakeTelegram:
         self.inject_update({"message": message})
         return message
 
-    def fail_next(self, method: str, times: int = 1, retry_after: int = 1) -> None:
-        """Make the next ``times`` calls of ``method`` answer 429 Too Many Requests."""
-        self._failures[method] = _Failure(times, retry_after)
+    def fail_next(self, method: str, times: int = 1, retry_after: int = 1, parse_error: bool = False) -> None:
+        """Make the next ``times`` calls of ``method`` answer 429 Too Many Requests; with ``parse_error``,
+        the next ``times`` calls that carry a ``parse_mode`` answer 400 "can't parse entities" instead."""
+        self._failures[method] = _Failure(times, retry_after, parse_error)
 
     async def wait_for_messages(self, count: int, within_s: float = 10.0) -> list[SentMessage]:
         """Wait until the bot has sent at least ``count`` messages."""
@@ -172,7 +180,10 @@ class FakeTelegram:
         self.calls.append(method)
         params = await _params(request)
         failure = self._failures.get(method)
-        if failure is not None and failure.times > 0:
+        if failure is not None and failure.times > 0 and failure.parse_error and params.get("parse_mode"):
+            failure.times -= 1
+            return _error(400, "Bad Request: can't parse entities: Unsupported start tag \"x\" at byte offset 0")
+        if failure is not None and failure.times > 0 and not failure.parse_error:
             failure.times -= 1
             return web.json_response(
                 {"ok": False, "error_code": 429, "description": f"Too Many Requests: retry after {failure.retry_after}",
@@ -221,18 +232,28 @@ class FakeTelegram:
         text = str(params.get("text", ""))
         if str(params.get("chat_id")) in self.blocked_chats:
             return _error(403, "Forbidden: bot was blocked by the user")
-        if not text.strip():
+        parse_mode = params.get("parse_mode") or None
+        visible = text
+        if parse_mode == "HTML":
+            try:
+                visible = telegram_html_text(text)
+            except ValueError as exc:
+                return _error(400, f"Bad Request: can't parse entities: {exc}")
+        elif parse_mode is not None:
+            return _error(400, f"Bad Request: unsupported parse_mode {parse_mode!r} in this fake")
+        if not visible.strip():
             return _error(400, "Bad Request: message text is empty")
-        if utf16_units(text) > TEXT_LIMIT:
+        if utf16_units(visible) > TEXT_LIMIT:
             return _error(400, "Bad Request: message is too long")
         reply = params.get("reply_parameters")
         reply_to = json.loads(reply)["message_id"] if isinstance(reply, str) else params.get("reply_to_message_id")
         thread = params.get("message_thread_id")
         self._next_message_id += 1
         sent = SentMessage(self._next_message_id, str(params["chat_id"]), text,
-                           int(thread) if thread else None, int(reply_to) if reply_to else None, time.monotonic())
+                           int(thread) if thread else None, int(reply_to) if reply_to else None, time.monotonic(),
+                           parse_mode, visible)
         self.sent_messages.append(sent)
-        return _ok({"message_id": sent.message_id, "date": int(time.time()), "text": text,
+        return _ok({"message_id": sent.message_id, "date": int(time.time()), "text": visible,
                     "chat": {"id": int(params["chat_id"]), "type": "supergroup", "title": "Test chat"},
                     "from": self._bot_user()})
 
@@ -261,6 +282,46 @@ class FakeTelegram:
             return _error(400, "Bad Request: invalid file_id")
         return _ok({"file_id": file_id, "file_unique_id": file_id + "u", "file_size": len(self.files[file_id]),
                     "file_path": f"photos/{file_id}"})
+
+
+# Telegram's HTML mode: these tags only (with these attributes), and only these named entities.
+_HTML_TAGS = {"b", "strong", "i", "em", "u", "ins", "s", "strike", "del", "a", "code", "pre", "blockquote",
+              "tg-spoiler", "span", "tg-emoji"}
+_HTML_ATTRIBUTES = {"a": r'\s+href="[^"]*"', "code": r'\s+class="language-[^"]*"', "span": r'\s+class="tg-spoiler"',
+                    "tg-emoji": r'\s+emoji-id="[0-9]+"', "blockquote": r"\s+expandable"}
+_HTML_TOKEN = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9-]*)([^<>]*)>|&(?:#[0-9]+|#x[0-9A-Fa-f]+|lt|gt|amp|quot);|[<&]")
+
+
+def telegram_html_text(markup: str) -> str:
+    """The text Telegram shows for ``markup`` sent with ``parse_mode="HTML"``; ValueError (worded like
+    Telegram's description) for markup it cannot parse: an unknown tag or attribute, an unbalanced tag, a bare
+    ``<`` or ``&``, or a named entity other than &lt; &gt; &amp; &quot;."""
+    shown: list[str] = []
+    stack: list[str] = []
+    pos = 0
+    for token in _HTML_TOKEN.finditer(markup):
+        shown.append(markup[pos : token.start()])
+        pos = token.end()
+        offset = len(markup[: token.start()].encode())
+        closing, name, attributes = token.group(1), (token.group(2) or "").lower(), token.group(3) or ""
+        if not name:
+            if token.group(0) in "<&":
+                raise ValueError(f'Unexpected "{token.group(0)}" at byte offset {offset}')
+            shown.append(html.unescape(token.group(0)))
+        elif name not in _HTML_TAGS:
+            raise ValueError(f'Unsupported start tag "{name}" at byte offset {offset}')
+        elif closing:
+            if not stack or stack[-1] != name or attributes.strip():
+                expected = f"</{stack[-1]}>" if stack else "nothing"
+                raise ValueError(f'Unmatched end tag at byte offset {offset}, expected "{expected}", found "</{name}>"')
+            stack.pop()
+        else:
+            if attributes.strip() and not re.fullmatch(_HTML_ATTRIBUTES.get(name, "$^") + r"\s*", attributes):
+                raise ValueError(f'Unsupported attribute in tag "{name}" at byte offset {offset}')
+            stack.append(name)
+    if stack:
+        raise ValueError(f"Can't find end tag corresponding to start tag \"{stack[-1]}\"")
+    return "".join(shown) + markup[pos:]
 
 
 _ADMIN_RIGHTS = ("is_anonymous", "can_manage_chat", "can_delete_messages", "can_manage_video_chats",
