@@ -192,7 +192,8 @@ def build_adapters(settings: Settings) -> list[Adapter]:
         adapters.append(TelegramAdapter(TelegramSettings(
             token=telegram_token, api_base_url=t.api_base_url, mode=t.mode, webhook_url=t.webhook_url,
             webhook_listen=t.webhook_listen, webhook_port=t.webhook_port,
-            webhook_secret=_secret(t.webhook_secret), check_chat_admins=t.check_chat_admins)))
+            webhook_secret=_secret(t.webhook_secret), check_chat_admins=t.check_chat_admins,
+            parse_mode=t.parse_mode)))
     if not adapters:
         adapters.append(ConsoleAdapter(bot_name=settings.gateway.bot_name))
     return adapters

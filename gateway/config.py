@@ -221,6 +221,7 @@ class TelegramSettings(BaseModel):
     webhook_port: int = Field(default=8443, gt=0, lt=65536)
     webhook_secret: SecretStr | None = None
     check_chat_admins: bool = False
+    parse_mode: Literal["html", "plain"] = "html"
 
     @model_validator(mode="after")
     def _webhook_needs_url(self) -> TelegramSettings:

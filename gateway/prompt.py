@@ -17,13 +17,19 @@ __all__ = ["RECALL_HINT", "build_system_prompt", "speaker_tag"]
 RECALL_HINT = (f"Earlier turns compacted away are kept word for word: look up exact values from them "
                f"(ids, numbers, error texts, constraints) with the {RECALL_TOOL} tool instead of guessing.")
 _PLATFORM_NAMES = {"discord": "Discord", "telegram": "Telegram", "console": "a terminal"}
+# What each platform does with the model's Markdown (Telegram's comes from our own conversion to its HTML).
+_FORMATTING = {
+    "discord": "Markdown is rendered.",
+    "telegram": "Basic Markdown (bold, italics, code, code blocks, links, quotes) is rendered; tables are not.",
+    "console": "Markdown is shown as typed, so keep formatting light.",
+}
 
 
 def build_system_prompt(bot_name: str, key: SessionKey, memory: MemoryProvider, *, compacted: bool) -> str:
     """The system prompt for ``key``'s session."""
     where = _PLATFORM_NAMES.get(key.platform, key.platform)
-    parts = [f"You are {bot_name}, a helpful assistant chatting on {where}. Answer concisely; use Markdown "
-             "only where the platform renders it."]
+    formatting = _FORMATTING.get(key.platform, "Use Markdown sparingly.")
+    parts = [f"You are {bot_name}, a helpful assistant chatting on {where}. Answer concisely. {formatting}"]
     if key.is_group:
         parts.append("This is a group conversation. Each user message starts with the speaker's name in square "
                      "brackets; earlier channel messages you were not asked about may be quoted as context.")

@@ -8,6 +8,8 @@ import signal
 import sys
 from pathlib import Path
 
+import pytest
+
 from gateway.app import EXIT_NOT_CONFIGURED, build_adapters, run_gateway
 from gateway.config import load_settings
 from gateway.router import INTERRUPTED_TEXT
@@ -112,6 +114,15 @@ def test_every_platform_with_a_token_gets_an_adapter_and_no_console(tmp_path: Pa
     settings = load_settings(storage={"data_dir": str(tmp_path)}, discord={"token": "d-token"},
                              telegram={"token": "123:t-token"})
     assert [a.name for a in build_adapters(settings)] == ["discord", "telegram"]
+
+
+@pytest.mark.parametrize("mode", ["html", "plain"])
+def test_telegram_settings_reach_the_adapter(tmp_path: Path, mode: str) -> None:
+    settings = load_settings(storage={"data_dir": str(tmp_path)}, gateway={"sweep_cron": None},
+                             telegram={"token": "123:t-token", "parse_mode": mode, "check_chat_admins": True})
+    [telegram] = build_adapters(settings)
+    assert telegram.settings.parse_mode == mode  # type: ignore[attr-defined]
+    assert telegram.settings.check_chat_admins  # type: ignore[attr-defined]
 
 
 async def test_a_turn_cut_off_by_shutdown_says_so_and_is_kept(gateway_factory: GatewayFactory,
