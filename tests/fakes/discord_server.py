@@ -22,6 +22,8 @@ import discord
 import yarl
 from aiohttp import WSMsgType, web
 
+from tests.fakes.loopback import serve_on_loopback
+
 BOT_ID = 1000
 GUILD_ID = 2000
 ADMIN_ROLE_ID = 2100
@@ -106,11 +108,7 @@ class FakeDiscord:
         app.router.add_post("/api/v10/interactions/{interaction_id}/{token}/callback", self._interaction_callback)
         app.router.add_patch("/api/v10/webhooks/{app_id}/{token}/messages/@original", self._edit_original)
         app.router.add_post("/api/v10/webhooks/{app_id}/{token}", self._followup)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._runner, self.port = await serve_on_loopback(app)
 
     async def stop(self) -> None:
         """Close gateway connections and stop serving."""

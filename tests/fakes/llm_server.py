@@ -31,6 +31,7 @@ from tests.fakes.llm_wire import (
     openai_chunks,
     openai_completion,
 )
+from tests.fakes.loopback import serve_on_loopback
 
 __all__ = ["Drop", "ErrorReply", "Fail", "FakeLLMServer", "RecordedRequest", "Reply"]
 
@@ -122,11 +123,7 @@ class FakeLLMServer:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self._handle_openai)
         app.router.add_post("/v1/messages", self._handle_anthropic)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
+        self._runner, self.port = await serve_on_loopback(app, access_log=None, shutdown_timeout=0.5)
         return self
 
     async def stop(self) -> None:

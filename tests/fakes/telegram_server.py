@@ -21,6 +21,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.fakes.loopback import serve_on_loopback
+
 BOT_ID = 999_000_111
 TEXT_LIMIT = 4096
 
@@ -81,11 +83,7 @@ class FakeTelegram:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/bot{token}/{method}", self._api)
         app.router.add_get("/file/bot{token}/{path:.*}", self._file)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._runner, self.port = await serve_on_loopback(app)
 
     async def stop(self) -> None:
         """Stop serving (wakes any pending long poll)."""
