@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from agent.compression.assemble import assemble
+from agent.compression.assemble import AssemblyResult, assemble
 from agent.compression.boundaries import Boundaries, find_boundaries, head_size, min_tail_count
 from agent.compression.engine import CompressionResult, ContextEngine
 from agent.compression.fallback import build_static_summary
@@ -367,16 +367,27 @@ class ContextCompressor(ContextEngine):
         if outcome.abort:
             return self._unchanged(original, tokens_before,
                                    f"Context compression aborted ({outcome.reason}): {ABORT_WARNING}", aborted=True)
-        kind = "llm" if outcome.body is not None else "static"
-        body = outcome.body or build_static_summary(middle, today=self._today(),
-                                                    previous_summary=self._state.previous_summary)
-        assembled = assemble(work[: bounds.head_end], format_summary(body), work[bounds.tail_start :],
-                             first_compression=not self._decayed())
-        tokens_after = self._counter.count_messages(assembled.messages)
+        kind, failure = ("llm", outcome.reason) if outcome.body is not None else ("static", outcome.reason)
+        body = outcome.body or self._static_body(middle)
+        assembled, tokens_after = self._assemble(work, bounds, body)
+        if tokens_after >= tokens_before and kind == "llm":
+            # A summary longer than what it replaces (a small model rambling to its output cap) is a failed
+            # summary (R-C8): the deterministic one still lets the conversation shrink.
+            kind, failure, body = "static", "the model's summary was longer than the turns it replaced", \
+                self._static_body(middle)
+            assembled, tokens_after = self._assemble(work, bounds, body)
         if tokens_after >= tokens_before:
             return self._unchanged(original, tokens_before, "compression would not reduce tokens", ineffective=True)
         return self._commit(original, assembled.messages, tokens_before, tokens_after, bounds, pruned, kind,
-                             outcome.reason, body)
+                             failure, body)
+
+    def _static_body(self, middle: Messages) -> str:
+        return build_static_summary(middle, today=self._today(), previous_summary=self._state.previous_summary)
+
+    def _assemble(self, work: Messages, bounds: Boundaries, body: str) -> tuple[AssemblyResult, int]:
+        assembled = assemble(work[: bounds.head_end], format_summary(body), work[bounds.tail_start :],
+                             first_compression=not self._decayed())
+        return assembled, self._counter.count_messages(assembled.messages)
 
     def _commit(
         self, original: Messages, result: Messages, before: int, after: int, bounds: Boundaries,
