@@ -325,9 +325,8 @@ class ContextCompressor(ContextEngine):
                                         previous_summary=self._state.previous_summary, focus_topic=focus,
                                         auto_focus=focus_topic is None)
 
-        window = self.summary_context_length
-        if window is None:
-            return build(serialize_within(middle, None, self._counter)), summary_output_cap(budget)
+        # An unknown summary window is taken to be the main one: the summary call must fit the same model.
+        window = self.summary_context_length or self.context_length
         frame = self._counter.count_text(build("")) + self._counter.count_text(SUMMARIZER_SYSTEM)
         limit = window - frame - summary_output_reserve(self.context_length)
         prompt = build(serialize_within(middle, max(limit, 1), self._counter))

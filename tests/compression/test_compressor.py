@@ -69,7 +69,8 @@ async def test_llm_summary_is_used_and_fed_back_next_time() -> None:
     assert "first summary body" in first.messages[first.head_end]["content"]
     prompt = provider.calls[0]["messages"][0]["content"]
     assert "FOCUS TOPIC (requested by the user): tests of m3" in prompt and "PREVIOUS SUMMARY" not in prompt
-    assert provider.calls[0]["max_tokens"] >= 16_000
+    # Generous (reasoning models think first), yet within the summary model's window, here the main one: 8,000.
+    assert 4_000 <= provider.calls[0]["max_tokens"] < 8_000
     await compressor.compress(first.messages + coding_session(15)[1:])
     second_prompt = provider.calls[1]["messages"][0]["content"]
     assert "PREVIOUS SUMMARY:\n## Goal\nfirst summary body" in second_prompt
