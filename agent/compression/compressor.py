@@ -366,7 +366,7 @@ class ContextCompressor(ContextEngine):
         if outcome.abort:
             return self._unchanged(original, tokens_before,
                                    f"Context compression aborted ({outcome.reason}): {ABORT_WARNING}", aborted=True)
-        kind, failure = ("llm", outcome.reason) if outcome.body is not None else ("static", outcome.reason)
+        kind, failure = ("llm" if outcome.body is not None else "static"), outcome.reason
         body = outcome.body or self._static_body(middle)
         assembled, tokens_after = self._assemble(work, bounds, body)
         if tokens_after >= tokens_before and kind == "llm":
