@@ -108,19 +108,19 @@ def error_notice(text: str) -> Notice:
 
 async def emit_notice(sink: NoticeSink | None, notice: Notice) -> None:
     """Deliver ``notice``; a failing sink is logged, never raised."""
-    if sink is None:
-        return
-    try:
-        await sink(notice)
-    except Exception:
-        log.warning("notice sink failed for %s", notice.kind, exc_info=True)
+    await _deliver(sink, notice, f"notice {notice.kind}")
 
 
 async def emit_event(sink: EventSink | None, event: AgentEvent) -> None:
     """Deliver ``event``; a failing sink is logged, never raised."""
+    await _deliver(sink, event, f"event {event.kind}")
+
+
+async def _deliver(sink: Callable[[Any], Awaitable[None]] | None, item: object, what: str) -> None:
+    # Listeners (chat, metrics) must never break the turn that reports to them.
     if sink is None:
         return
     try:
-        await sink(event)
+        await sink(item)
     except Exception:
-        log.warning("event sink failed for %s", event.kind, exc_info=True)
+        log.warning("sink failed for %s", what, exc_info=True)

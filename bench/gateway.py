@@ -25,22 +25,22 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import insert
-from sqlalchemy.engine import make_url
 
 from adapters.base import Adapter, ChatRef, Inbound, InboundHandler
 from agent.llm.base import Completion, Provider, Usage
+from bench.scratch_db import scratch_postgres
 from gateway.app import Gateway, build_runtime
 from gateway.config import load_settings
 from gateway.locks import InProcessLocks, LockBackend, RedisLocks
 from gateway.store import EngineState, Store, upgrade_database
 from gateway.store._rows import new_session_values
-from gateway.store.database import create_engine, write
+from gateway.store.database import write
 from gateway.store.models import SessionRow
 from gateway.sweep import sweep
 
@@ -148,20 +148,6 @@ async def _sweep_idle(gateway: Gateway) -> tuple[float, int]:
     return time.perf_counter() - started, len(report.entries)
 
 
-@contextlib.asynccontextmanager
-async def _postgres(url: str) -> AsyncIterator[str]:
-    name = f"concord_bench_gw_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(url, isolation_level="AUTOCOMMIT")
-    try:
-        async with admin.connect() as conn:
-            await conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-        yield make_url(url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        async with admin.connect() as conn:
-            await conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.dispose()
-
-
 async def _one(label: str, url: str, locks: LockBackend, sessions: int, rounds: int, data_dir: Path) -> bool:
     await upgrade_database(url)
     gateway, _ = await _gateway(url, locks, data_dir)
@@ -187,7 +173,7 @@ async def run(postgres: str | None, redis: str | None, sessions: int, rounds: in
         ok = await _one("sqlite + in-process", f"sqlite+aiosqlite:///{Path(tmp) / 'gw.db'}", InProcessLocks(),
                         sessions, rounds, Path(tmp))
         if postgres and redis:
-            async with _postgres(postgres) as url:
+            async with scratch_postgres(postgres, "concord_bench_gw") as url:
                 locks = RedisLocks.from_url(redis, prefix=f"concord:bench:{uuid.uuid4().hex[:8]}:")
                 await _one("postgresql + redis", url, locks, sessions, rounds, Path(tmp))
         else:

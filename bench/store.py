@@ -20,17 +20,17 @@ import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import insert
-from sqlalchemy.engine import make_url
 
+from bench.scratch_db import scratch_postgres
 from gateway.store import Store, upgrade_database
 from gateway.store._rows import new_session_values
-from gateway.store.database import create_engine, write
+from gateway.store.database import write
 from gateway.store.models import SessionRow
 from gateway.store.records import EngineState
 
@@ -61,22 +61,13 @@ def _message(i: int) -> tuple[Message, int]:
 async def _databases(postgres: str | None) -> AsyncIterator[list[tuple[str, str]]]:
     with tempfile.TemporaryDirectory(prefix="concord-bench-") as tmp:
         urls = [("sqlite", f"sqlite+aiosqlite:///{Path(tmp) / 'bench.db'}")]
-        name = f"concord_bench_{uuid.uuid4().hex[:10]}"
-        admin = create_engine(postgres, isolation_level="AUTOCOMMIT") if postgres else None
-        try:
-            if admin is not None:
-                async with admin.connect() as conn:
-                    await conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-                url = make_url(postgres).set(database=name).render_as_string(hide_password=False)
-                urls.append(("postgresql", url))
+        async with AsyncExitStack() as stack:
+            if postgres:
+                urls.append(("postgresql", await stack.enter_async_context(
+                    scratch_postgres(postgres, "concord_bench"))))
             for _, url in urls:
                 await upgrade_database(url)
             yield urls
-        finally:
-            if admin is not None:
-                async with admin.connect() as conn:
-                    await conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-                await admin.dispose()
 
 
 async def _session_figures(store: Store, size: int) -> tuple[float, float, float, float, float]:

@@ -8,12 +8,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy.engine import make_url
 
+from bench.scratch_db import scratch_postgres
 from gateway.app import Gateway, build_runtime, run_sweep
 from gateway.locks import RedisLocks
 from gateway.store import Store
-from gateway.store.database import create_engine
 from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.gateway.conftest import ScriptedAdapter, answer_by_kind, bulk_session, chatter, make_settings
 
@@ -21,16 +20,8 @@ from tests.gateway.conftest import ScriptedAdapter, answer_by_kind, bulk_session
 @pytest.fixture
 async def private_postgres(postgres_url: str) -> AsyncIterator[str]:
     """A fresh PostgreSQL database for one test, dropped afterwards."""
-    name = f"concord_gw_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(postgres_url, isolation_level="AUTOCOMMIT")
-    async with admin.connect() as conn:
-        await conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    try:
-        yield make_url(postgres_url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        async with admin.connect() as conn:
-            await conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.dispose()
+    async with scratch_postgres(postgres_url, "concord_gw") as url:
+        yield url
 
 
 async def test_postgres_and_redis_serve_queue_and_compress(private_postgres: str, redis_url: str,
