@@ -37,7 +37,7 @@ from agent.llm.errors import LLMError
 from agent.llm.images import ashrink_images_in_messages
 from agent.memory import MemoryProvider
 from agent.recovery import Action, budget_spent_text, plan_recovery
-from agent.tokens import TokenCounter, estimate_request_tokens_rough, get_counter
+from agent.tokens import TokenCounter, TokenLedger, estimate_request_tokens_rough, get_counter
 from agent.tools.registry import ToolOutcome, ToolRegistry
 from agent.triggers import FitAnchor, cheap_gate, made_progress, post_response_tokens
 from agent.turn import (
@@ -126,14 +126,22 @@ class AgentLoop:
         self.config = config or LoopConfig()
         self._anchor: FitAnchor | None = None
         self._skip_noticed = False
+        # Per-message counts of the turn's list: each message is counted once, and a compression is handed
+        # the counts instead of re-tokenizing.
+        self._ledger = TokenLedger(self.counter)
 
-    async def run_turn(self, messages: Sequence[Mapping[str, Any]], message: str | Mapping[str, Any]) -> TurnResult:
+    async def run_turn(self, messages: Sequence[Mapping[str, Any]], message: str | Mapping[str, Any], *,
+                       token_counts: Sequence[int] | None = None) -> TurnResult:
         """Answer ``message`` given the session's ``messages`` (system prompt excluded; never mutated).
 
+        ``token_counts``: the exact count of each of ``messages`` when the caller holds them (the store
+        does), so that nothing already counted is tokenized again.
         Cancelling the task mid-turn ends the turn with ``StopReason.CANCELLED`` and a consistent list:
         every tool call the model made has a result (a stub for the ones that did not finish).
         """
         turn = _Turn([dict(m) for m in messages], self.max_tokens)
+        if token_counts is not None:
+            self._ledger.seed(turn.messages, token_counts)
         turn.append(user_message(message))
         text, error = "", ""
         try:
@@ -212,7 +220,11 @@ class AgentLoop:
         anchored = self._anchored_tokens(messages)
         if anchored is not None:
             return anchored
-        return self.counter.count_request(messages, system=self.system_prompt, tools=schemas)
+        return self._exact_request_tokens(messages, schemas)
+
+    def _exact_request_tokens(self, messages: Sequence[Mapping[str, Any]], schemas: list[dict[str, Any]]) -> int:
+        return self.counter.count_request(messages, system=self.system_prompt, tools=schemas,
+                                          message_tokens=self._ledger.sync(messages))
 
     # --- trigger ②: post-response -----------------------------------------------------------------------
 
@@ -225,7 +237,7 @@ class AgentLoop:
             schemas = self.tools.schemas()
             tokens = estimate_request_tokens_rough(turn.messages, system=self.system_prompt, tools=schemas)
             if tokens >= self.engine.threshold_tokens:
-                tokens = self.counter.count_request(turn.messages, system=self.system_prompt, tools=schemas)
+                tokens = self._exact_request_tokens(turn.messages, schemas)
         if await self._should_compress(tokens):
             await self._compress(turn, "post_response", tokens)
 
@@ -286,8 +298,7 @@ class AgentLoop:
             turn.images_shrunk += changed
         elif plan.action is Action.COMPRESS:
             turn.compressions_used += 1
-            tokens = self.counter.count_request(turn.messages, system=self.system_prompt,
-                                                tools=self.tools.schemas())
+            tokens = self._exact_request_tokens(turn.messages, self.tools.schemas())
             result = await self._compress(turn, "recovery", tokens, force=True)
             if result.aborted:
                 raise _Stop(aborted_notice(result.reason).text, notified=turn.told_aborted)
@@ -305,7 +316,11 @@ class AgentLoop:
         if await before_compaction(self.engine, self.memory, framed, force=force, notices=self.notices,
                                    announce=not turn.told_compacting):
             turn.told_compacting = True
-        result = await self.engine.compress(framed, current_tokens=tokens, force=force)
+        counts: dict[str, Any] = {}
+        if getattr(self.engine, "accepts_token_counts", False):
+            self._ledger.sync(turn.messages)
+            counts["token_counts"] = [self.counter.count_message(framed[0]), *self._ledger.counts]
+        result = await self.engine.compress(framed, current_tokens=tokens, force=force, **counts)
         # Every later check of the turn is still over the threshold and aborts again: warn once per turn.
         if result.aborted and not turn.told_aborted:
             turn.told_aborted = True
@@ -319,6 +334,8 @@ class AgentLoop:
         if new and new[0].get("role") == "system":
             self.system_prompt = str(new.pop(0).get("content") or "")
         turn.messages = [dict(m) for m in new]
+        if len(result.token_counts) == len(result.messages):  # the engine counted its output: keep those
+            self._ledger.seed(turn.messages, result.token_counts[len(result.messages) - len(new):])
         self._anchor = None
         self._skip_noticed = False
         old_id = self.session_id

@@ -26,6 +26,7 @@ __all__ = [
     "IMAGE_TOKENS",
     "TokenCounter",
     "TokenLedger",
+    "count_key",
     "estimate_messages_tokens_rough",
     "estimate_request_tokens_rough",
     "get_counter",
@@ -46,6 +47,9 @@ _MESSAGE_OVERHEAD = 4
 _TOOL_CALL_OVERHEAD = 8
 _REQUEST_OVERHEAD = 3
 _ROUGH_CHARS_PER_TOKEN = 4
+
+# Texts up to this length key the count cache themselves; longer ones by their digest.
+_INLINE_KEY_CHARS = 512
 
 _prime_lock = threading.Lock()
 
@@ -117,11 +121,30 @@ def _image_count(message: Mapping[str, Any]) -> int:
     return sum(1 for p in content if isinstance(p, Mapping) and p.get("type") in ("image_url", "image"))
 
 
+def count_key(message: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What a message's token count depends on, as a hashable, collision-safe cache key.
+
+    Role, name, tool-call and image counts, and the text itself — or, past `_INLINE_KEY_CHARS`, a 128-bit
+    BLAKE2b digest of it, so that one cache entry never pins a large tool output in memory. Hashing the text
+    is two orders of magnitude cheaper than tokenizing it, and nothing is serialized.
+    """
+    content, calls = message.get("content"), message.get("tool_calls")
+    if isinstance(content, str) and not calls:  # the common case, without building anything
+        text, images = content, 0
+    else:
+        text, images = message_text(message), _image_count(message)
+    ident: str | bytes = text if len(text) <= _INLINE_KEY_CHARS else hashlib.blake2b(
+        text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    name = message.get("name")
+    return (str(message.get("role") or ""), str(name) if name else None, len(calls or ()), images, ident)
+
+
 class TokenCounter:
     """Exact token counts for messages, tool schemas and whole requests, with a per-message LRU cache.
 
-    The cache key is a hash of the message's canonical JSON, so an unchanged message is never re-tokenized,
-    whichever list or session it appears in (R-T3).
+    A message's count depends only on its role, name, text, number of tool calls and number of images, so
+    that is the cache key (`count_key`): an unchanged message — or any copy of it, whichever list or session
+    it appears in — is never re-tokenized (R-T3), and a lookup serializes nothing.
     """
 
     def __init__(self, encoding: str = "o200k_base", cache_size: int = 50_000) -> None:
@@ -130,7 +153,7 @@ class TokenCounter:
         prime_tiktoken_cache()
         self.encoding_name = encoding
         self._enc = tiktoken.get_encoding(encoding)
-        self._cache: OrderedDict[str, int] = OrderedDict()
+        self._cache: OrderedDict[tuple[Any, ...], int] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
 
@@ -149,9 +172,7 @@ class TokenCounter:
 
     def count_message(self, message: Mapping[str, Any]) -> int:
         """Exact tokens of one chat message including framing, tool calls and a flat cost per image."""
-        key = hashlib.md5(
-            json.dumps(message, sort_keys=True, ensure_ascii=False, default=str).encode(), usedforsecurity=False
-        ).hexdigest()
+        key = count_key(message)
         with self._lock:
             hit = self._cache.get(key)
             if hit is not None:
@@ -168,6 +189,10 @@ class TokenCounter:
         """Exact tokens of a message list (sum of per-message counts)."""
         return sum(self.count_message(m) for m in messages)
 
+    def count_each(self, messages: Iterable[Mapping[str, Any]]) -> list[int]:
+        """Exact tokens of every message of a list, in order."""
+        return [self.count_message(m) for m in messages]
+
     def count_tools(self, tools: Sequence[Mapping[str, Any]] | None) -> int:
         """Exact tokens of the tool schemas sent with a request."""
         if not tools:
@@ -180,9 +205,13 @@ class TokenCounter:
         *,
         system: str | None = None,
         tools: Sequence[Mapping[str, Any]] | None = None,
+        message_tokens: int | None = None,
     ) -> int:
-        """Exact prompt tokens of a request: system prompt + messages + tool schemas."""
-        total = _REQUEST_OVERHEAD + self.count_messages(messages) + self.count_tools(tools)
+        """Exact prompt tokens of a request: system prompt + messages + tool schemas.
+
+        ``message_tokens``: the messages' total, when the caller already holds it (a `TokenLedger`)."""
+        counted = self.count_messages(messages) if message_tokens is None else message_tokens
+        total = _REQUEST_OVERHEAD + counted + self.count_tools(tools)
         if system:
             total += self.count_message({"role": "system", "content": system})
         return total
@@ -215,7 +244,21 @@ class TokenLedger:
         self._counter = counter
         self._source: Sequence[Mapping[str, Any]] | None = None
         self._counted: list[Mapping[str, Any]] = []
+        self._counts: list[int] = []
         self.total = 0
+
+    @property
+    def counts(self) -> list[int]:
+        """Per-message counts of the list last synced, in order (a copy; hand it to ``compress``)."""
+        return list(self._counts)
+
+    def seed(self, messages: Sequence[Mapping[str, Any]], counts: Sequence[int]) -> None:
+        """Take counts the caller already holds for ``messages`` (the store keeps one per row), so the next
+        sync of this list or one extending it tokenizes only what was appended."""
+        if len(counts) != len(messages):
+            raise ValueError(f"{len(messages)} messages but {len(counts)} token counts")
+        self._source, self._counted, self._counts = messages, list(messages), [int(c) for c in counts]
+        self.total = sum(self._counts)
 
     def sync(self, messages: Sequence[Mapping[str, Any]]) -> int:
         """Bring the total up to date with ``messages`` and return it."""
@@ -226,16 +269,18 @@ class TokenLedger:
             and (seen == 0 or messages[seen - 1] is self._counted[-1])
         )
         if not appended and list(messages[:seen]) != self._counted:
-            self._counted, self.total = [], 0
+            self._counted, self._counts, self.total = [], [], 0
         for message in messages[len(self._counted) :]:
-            self.total += self._counter.count_message(message)
+            tokens = self._counter.count_message(message)
+            self.total += tokens
             self._counted.append(message)
+            self._counts.append(tokens)
         self._source = messages
         return self.total
 
     def reset(self) -> None:
         """Forget everything (the next sync recounts)."""
-        self._source, self._counted, self.total = None, [], 0
+        self._source, self._counted, self._counts, self.total = None, [], [], 0
 
 
 def estimate_messages_tokens_rough(messages: Iterable[Mapping[str, Any]]) -> int:

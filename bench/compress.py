@@ -1,78 +1,63 @@
-"""Compression pipeline speed and ratio on the real corpus, without the LLM call (static summary).
+"""Compression speed on the path users run — the LLM summary — and on the static one, side by side with
+another revision.
 
-    python -m bench.compress            # all corpus transcripts + growth 1K → 10K → 100K messages
-    python -m bench.compress --quick    # growth up to 10K messages only
+    python -m bench.compress                      # this checkout alone
+    python -m bench.compress --baseline 9e68aaa   # the same cases against that revision, interleaved
+    python -m bench.compress --quick              # no 100K-message session, 3 rounds
 
-Figures:
-- per corpus: transcripts, compressed count, tokens before → after, ratio, and pipeline time in ms per 100K
-  tokens, cold (first sight of every message: tiktoken runs) and warm (the agent's ledger has already counted
-  the messages, the normal case in a live session). Target: warm ≤ 50 ms per 100K tokens.
-- growth: one compression of synthetic sessions of 1K, 10K, 100K messages (tau-bench trajectories chained);
-  target: 10× messages → ≤ 11× time.
-Each transcript is compressed with the window set to its own size, as the corpus tests do.
+Cases: every corpus of ``../shared/corpus`` (each transcript compressed with the window set to its own
+size, as the corpus tests do), the 28 agent transcripts together, the largest one alone, and synthetic
+sessions of 1K / 5K / 20K / 100K messages (tau-bench conversations chained, 200K window). Each runs on two
+paths — ``llm``: an instant in-process summary model with a fixed ~6,000-character reply, so serializing,
+redacting and counting the middle, building the prompt and the budget checks all run; ``static``: no
+summary model, the deterministic fallback — and in two modes:
+
+* warm: the token counter has seen every message (the agent counted them; a library user's case);
+* cold: the counter has seen none, and the caller hands over the counts it holds (the store keeps one per
+  row), where the revision accepts them — a gateway compressing a session after a restart.
+
+``--baseline GITREF`` checks the revision out in a temporary git worktree and runs it in a second worker
+process; every measurement alternates the two (A, B, A, B…), one warm-up round is dropped, and the median
+of ``--rounds`` (≥ 7) is kept. Old/new ratios are the figures to read on a noisy machine. Each worker also
+reports a digest of every compression's output (messages, token figures, summary prompt), and the table
+says whether both revisions produced the same.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import contextlib
 import itertools
+import json
+import os
+import pickle
 import statistics
-import time
-from collections import defaultdict
-from collections.abc import Sequence
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from agent.compression.compressor import ContextCompressor
-from agent.tokens import TokenCounter, get_counter
+from agent.tokens import get_counter
 from bench.corpus import Transcript, load_all
 
-__all__ = ["main", "run_corpus", "run_growth", "synthetic_session"]
+__all__ = ["Worker", "build_cases", "main", "synthetic_session"]
 
 Messages = list[dict[str, Any]]
+Case = list[tuple[Messages, int]]
 
-
-def _compressor(context_length: int) -> ContextCompressor:
-    return ContextCompressor(context_length=context_length, summary_provider=None)
-
-
-def _time_once(messages: Messages, context_length: int) -> tuple[float, Any]:
-    compressor = _compressor(context_length)
-    start = time.perf_counter()
-    result = asyncio.run(compressor.compress(messages, force=True))
-    return time.perf_counter() - start, result
-
-
-def _fresh_counter_cache(counter: TokenCounter) -> None:
-    # The counter is process-wide; "cold" means none of these messages was counted before.
-    counter._cache.clear()
-
-
-def run_corpus(transcripts: Sequence[Transcript]) -> dict[str, dict[str, float]]:
-    """Compress every transcript twice (cold, warm); return per-corpus aggregates."""
-    counter = get_counter()
-    rows: dict[str, list[tuple[int, int, bool, float, float]]] = defaultdict(list)
-    for transcript in transcripts:
-        window = max(counter.count_messages(transcript.messages), 4_000)
-        _fresh_counter_cache(counter)
-        cold, _ = _time_once(transcript.messages, window)
-        warm, result = _time_once(transcript.messages, window)
-        rows[transcript.corpus].append((result.tokens_before, result.tokens_after, result.compressed, cold, warm))
-    summary: dict[str, dict[str, float]] = {}
-    for corpus, items in sorted(rows.items()):
-        before = sum(r[0] for r in items)
-        after = sum(r[1] for r in items)
-        summary[corpus] = {
-            "transcripts": len(items),
-            "compressed": sum(r[2] for r in items),
-            "tokens_before": before,
-            "tokens_after": after,
-            "ratio": after / before if before else 1.0,
-            "cold_ms_per_100k": sum(r[3] for r in items) * 1000 / before * 100_000,
-            "warm_ms_per_100k": sum(r[4] for r in items) * 1000 / before * 100_000,
-            "warm_ms_max_transcript": max(r[4] for r in items) * 1000,
-        }
-    return summary
+REPO_ROOT = Path(__file__).resolve().parent.parent
+_WORKER = Path(__file__).resolve().parent / "_compress_worker.py"
+AGENT_CORPORA = ("claude_code", "miniswe", "tau_bench")
+SIZES = (1_000, 5_000, 20_000, 100_000)
+SYNTHETIC_WINDOW = 200_000
+PATHS = ("llm", "static")
+MODES = ("warm", "cold")
+# Issue 15's targets: old/new time on the LLM path, warm.
+TARGETS = {"agents (28)": 4.0, "largest": 7.0, "synthetic 20,000": 7.0}
+COLD_OVER_WARM_TARGET = 1.2
 
 
 def synthetic_session(trajectories: Sequence[Transcript], size: int) -> Messages:
@@ -96,38 +81,191 @@ def synthetic_session(trajectories: Sequence[Transcript], size: int) -> Messages
     return [*messages[:size], {"role": "user", "content": "Thanks — one more question about my booking."}]
 
 
-def run_growth(trajectories: Sequence[Transcript], sizes: Sequence[int]) -> list[tuple[int, int, float]]:
-    """(messages, tokens, warm seconds) of one compression per size, median of 3 warm runs."""
+def build_cases(transcripts: Sequence[Transcript], sizes: Sequence[int]) -> dict[str, Case]:
+    """Case name → the (messages, window) compressions it times, in order."""
     counter = get_counter()
-    out = []
-    for size in sizes:
-        session = synthetic_session(trajectories, size)
-        tokens = counter.count_messages(session)
-        runs = [_time_once(session, 200_000)[0] for _ in range(3)]
-        out.append((len(session), tokens, statistics.median(runs)))
-    return out
 
+    def own_window(transcript: Transcript) -> tuple[Messages, int]:
+        return transcript.messages, max(counter.count_messages(transcript.messages), 4_000)
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """Print the corpus table and the growth figures."""
-    parser = argparse.ArgumentParser(prog="python -m bench.compress")
-    parser.add_argument("--quick", action="store_true", help="growth up to 10K messages only")
-    args = parser.parse_args(argv)
-    transcripts = load_all()
-    print("corpus        n  compressed  tokens before → after   ratio  cold ms/100K  warm ms/100K  warm max ms")
-    for corpus, row in run_corpus(transcripts).items():
-        print(f"{corpus:<12}{row['transcripts']:>4}{row['compressed']:>11}  {row['tokens_before']:>13,.0f} → "
-              f"{row['tokens_after']:>9,.0f}  {row['ratio']:>6.2f}  {row['cold_ms_per_100k']:>12.1f}  "
-              f"{row['warm_ms_per_100k']:>12.1f}  {row['warm_ms_max_transcript']:>11.1f}")
+    cases: dict[str, Case] = {}
+    for corpus in sorted({t.corpus for t in transcripts}):
+        items = [t for t in transcripts if t.corpus == corpus]
+        cases[f"{corpus} ({len(items)})"] = [own_window(t) for t in items]
+    agents = [t for t in transcripts if t.corpus in AGENT_CORPORA]
+    if agents:
+        cases[f"agents ({len(agents)})"] = [own_window(t) for t in agents]
+        largest = max(agents, key=lambda t: counter.count_messages(t.messages))
+        cases["largest"] = [own_window(largest)]
     tau = [t for t in transcripts if t.corpus == "tau_bench"]
-    sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
-    growth = run_growth(tau, sizes)
-    print("\ngrowth (warm, median of 3)   messages       tokens      ms   ms/100K tokens")
-    for messages, tokens, seconds in growth:
-        print(f"{'':<29}{messages:>8,}{tokens:>13,}{seconds * 1000:>8.0f}{seconds * 1e8 / tokens:>14.1f}")
-    for (m1, _, s1), (m2, _, s2) in itertools.pairwise(growth):
-        print(f"{m1:,} → {m2:,} messages ({m2 / m1:.0f}×): time ×{s2 / s1:.2f} (target ≤ 11×)")
+    for size in sizes if tau else ():
+        cases[f"synthetic {size:,}"] = [(synthetic_session(tau, size), SYNTHETIC_WINDOW)]
+    return cases
+
+
+class Worker:
+    """A `_compress_worker` process running the ``agent`` package of the checkout at ``root``."""
+
+    def __init__(self, root: Path, cases_file: Path) -> None:
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        self.process = subprocess.Popen([sys.executable, str(_WORKER), str(root), str(cases_file)], cwd=root,
+                                        env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        hello = self._read()
+        if not str(hello.get("agent", "")).startswith(str(root)):
+            raise RuntimeError(f"worker for {root} imported agent from {hello.get('agent')}")
+        self.takes_counts = bool(hello["takes_counts"])
+
+    def _read(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"benchmark worker exited (status {self.process.wait()})")
+        return json.loads(line)
+
+    def run(self, case: str, path: str, mode: str) -> dict[str, Any]:
+        """Time one pass over ``case``."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps({"case": case, "path": path, "mode": mode}) + "\n")
+        self.process.stdin.flush()
+        return self._read()
+
+    def close(self) -> None:
+        """End the process."""
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        self.process.wait(timeout=60)
+
+
+@contextlib.contextmanager
+def baseline_checkout(ref: str) -> Iterator[Path]:
+    """A temporary detached git worktree of ``ref``, removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="concord-baseline-") as tmp:
+        path = Path(tmp) / "tree"
+        subprocess.run(["git", "-C", str(REPO_ROOT), "worktree", "add", "--detach", "--quiet", str(path), ref],
+                       check=True)
+        try:
+            yield path
+        finally:
+            subprocess.run(["git", "-C", str(REPO_ROOT), "worktree", "remove", "--force", str(path)], check=False)
+
+
+@dataclass
+class Row:
+    """One case × path × mode: median seconds per revision, and whether their outputs were the same."""
+
+    case: str
+    path: str
+    mode: str
+    tokens_before: int
+    tokens_after: int
+    new_s: float
+    old_s: float | None = None
+    same: bool | None = None
+
+    @property
+    def ratio(self) -> float | None:
+        """Old time over new time."""
+        return self.old_s / self.new_s if self.old_s is not None and self.new_s > 0 else None
+
+
+def measure(new: Worker, old: Worker | None, cases: dict[str, Case], rounds: int) -> list[Row]:
+    """Every case × path × mode, the revisions interleaved, the first (warm-up) round dropped."""
+    rows = []
+    for case, path, mode in itertools.product(cases, PATHS, MODES):
+        new_runs, old_runs = [], []
+        for round_ in range(rounds + 1):
+            a = new.run(case, path, mode)
+            b = old.run(case, path, mode) if old is not None else None
+            if round_:
+                new_runs.append(a["seconds"])
+                if b is not None:
+                    old_runs.append(b["seconds"])
+        row = Row(case, path, mode, a["tokens_before"], a["tokens_after"], statistics.median(new_runs))
+        if b is not None:
+            row.old_s, row.same = statistics.median(old_runs), a["digests"] == b["digests"]
+        rows.append(row)
+        _print_row(row)
+    return rows
+
+
+def _print_header(baseline: bool) -> None:
+    extra = f"{'old ms':>10}{'old/new':>9}  same" if baseline else ""
+    print(f"{'case':<22}{'path':<8}{'mode':<6}{'tokens before → after':>24}{'new ms':>10}{'ms/100K':>9}{extra}")
+
+
+def _print_row(row: Row) -> None:
+    line = (f"{row.case:<22}{row.path:<8}{row.mode:<6}{row.tokens_before:>12,} → {row.tokens_after:>9,}"
+            f"{row.new_s * 1e3:>10.1f}{row.new_s * 1e8 / max(row.tokens_before, 1):>9.1f}")
+    if row.old_s is not None:
+        line += f"{row.old_s * 1e3:>10.1f}{row.ratio:>8.2f}×  {'yes' if row.same else 'NO'}"
+    print(line, flush=True)
+
+
+def _report(rows: list[Row], sizes: Sequence[int]) -> bool:
+    """Print growth, cold/warm and the targets; True when every target that could be checked is met."""
+    by = {(r.case, r.path, r.mode): r for r in rows}
+    ok = True
+    print("\ngrowth (new, warm)            messages ×   time ×   target: time × ≤ messages ×")
+    for path in PATHS:
+        for small, large in itertools.pairwise(sizes):
+            a, b = by.get((f"synthetic {small:,}", path, "warm")), by.get((f"synthetic {large:,}", path, "warm"))
+            if a and b:
+                growth, limit = b.new_s / a.new_s, large / small
+                ok &= growth <= limit
+                print(f"  {path:<6} {small:>7,} → {large:>7,}{limit:>10.1f}{growth:>9.2f}   "
+                      f"{'met' if growth <= limit else 'NOT met'}")
+    print(f"\ncold / warm (new, llm)        target ≤ {COLD_OVER_WARM_TARGET}")
+    for (case, path, mode), row in by.items():
+        warm = by.get((case, path, "warm"))
+        if path == "llm" and mode == "cold" and warm is not None:
+            share = row.new_s / warm.new_s
+            ok &= share <= COLD_OVER_WARM_TARGET
+            print(f"  {case:<26}{share:>6.2f}   {'met' if share <= COLD_OVER_WARM_TARGET else 'NOT met'}")
+    if any(r.ratio is not None for r in rows):
+        print("\nold/new, llm path, warm       target")
+        for case, target in TARGETS.items():
+            row = by.get((case, "llm", "warm"))
+            if row is not None and row.ratio is not None:
+                ok &= row.ratio >= target
+                print(f"  {case:<26}{row.ratio:>6.2f}×  ≥ {target:.0f}×  {'met' if row.ratio >= target else 'NOT met'}")
+        differing = [f"{r.case}/{r.path}/{r.mode}" for r in rows if r.same is False]
+        print(f"\noutputs identical to the baseline: {'all cases' if not differing else 'except ' + ', '.join(differing)}")
+    return ok
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the cases, print the table and the targets; 0 when every checked target is met."""
+    parser = argparse.ArgumentParser(prog="python -m bench.compress", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--baseline", metavar="GITREF", help="also run this revision, interleaved, and print ratios")
+    parser.add_argument("--rounds", type=int, default=7, help="timed rounds per measurement (median; default 7)")
+    parser.add_argument("--quick", action="store_true", help="no 100K-message session, 3 rounds")
+    parser.add_argument("--cases", nargs="*", help="only the cases whose names start with these")
+    args = parser.parse_args(argv)
+    rounds = 3 if args.quick and args.rounds == 7 else args.rounds
+    sizes = [s for s in SIZES if not (args.quick and s > 20_000)]
+    cases = build_cases(load_all(), sizes)
+    if args.cases:
+        cases = {k: v for k, v in cases.items() if any(k.startswith(p) for p in args.cases)}
+    if not cases:
+        print("no cases: the corpus (../shared/corpus or CONCORD_CORPUS_DIR) is missing", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="concord-bench-compress-") as tmp, contextlib.ExitStack() as stack:
+        cases_file = Path(tmp) / "cases.pickle"
+        cases_file.write_bytes(pickle.dumps(cases, protocol=pickle.HIGHEST_PROTOCOL))
+        new = Worker(REPO_ROOT, cases_file)
+        stack.callback(new.close)
+        old = None
+        if args.baseline:
+            old = Worker(stack.enter_context(baseline_checkout(args.baseline)), cases_file)
+            stack.callback(old.close)
+        print(f"median of {rounds} rounds after a warm-up"
+              + (f", interleaved with {args.baseline} (old)" if old else "")
+              + f"; cold: counts from the caller {'(new only)' if old and not old.takes_counts else ''}")
+        _print_header(old is not None)
+        rows = measure(new, old, cases, rounds)
+        ok = _report(rows, sizes)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -49,7 +49,10 @@ async def persist_compaction(sessions: SessionManager, live: LiveSession, result
     """Store ``result`` as the session's new active set; return the session id the chat continues under."""
     rt = sessions.rt
     messages = _without_system(list(result.messages))
-    counts = [rt.counter.count_message(m) for m in messages]
+    # The engine's own counts of its output, when it gives them (the system prompt is not stored).
+    known = result.token_counts[len(result.messages) - len(messages):] \
+        if len(result.token_counts) == len(result.messages) else ()
+    counts = list(known) or [rt.counter.count_message(m) for m in messages]
     info = compaction_info(result, reason, rt.clock())
     state = dataclasses.replace(export_engine_state(live.engine, info), last_prompt_tokens=-1)
     if rt.settings.compression.in_place:
@@ -92,10 +95,14 @@ async def compress_session(
     """
     engine, memory = live.engine, live.memory
     framed = [{"role": "system", "content": live.system_prompt}, *live.messages]
-    tokens = sessions.rt.counter.count_request(live.messages, system=live.system_prompt,
-                                               tools=live.loop.tools.schemas())
+    counter, held = sessions.rt.counter, live.held_counts
+    tokens = counter.count_request(live.messages, system=live.system_prompt, tools=live.loop.tools.schemas(),
+                                   message_tokens=None if held is None else sum(held))
+    # The store's counts go to the engine, so a compression in the gateway never re-tokenizes the session.
+    counts = {"token_counts": [counter.count_message(framed[0]), *held]} \
+        if held is not None and getattr(engine, "accepts_token_counts", False) else {}
     await before_compaction(engine, memory, framed, force=force, notices=notices)
-    result = await engine.compress(framed, current_tokens=tokens, focus_topic=focus, force=force)
+    result = await engine.compress(framed, current_tokens=tokens, focus_topic=focus, force=force, **counts)
     if result.aborted:
         await emit_notice(notices, aborted_notice(result.reason))
         await emit_event(events, AgentEvent(EVENT_COMPRESS_ABORTED, live.id, {"reason": reason}))
@@ -133,8 +140,10 @@ class HygieneOutcome:
 def hygiene_check(sessions: SessionManager, live: LiveSession) -> HygieneCheck:
     """Measure the session and apply the R-G3 rules."""
     gw = sessions.rt.settings.gateway
+    held = live.held_counts
     tokens, source = session_tokens(live.engine.last_prompt_tokens, live.messages, sessions.rt.counter,
-                                    system=live.system_prompt, tools=live.loop.tools.schemas())
+                                    system=live.system_prompt, tools=live.loop.tools.schemas(),
+                                    message_tokens=None if held is None else sum(held))
     return check_hygiene(tokens=tokens, token_source=source, message_count=len(live.messages),
                          context_length=live.engine.context_length, threshold=gw.hygiene_threshold,
                          hard_message_limit=gw.hygiene_hard_message_limit)

@@ -45,15 +45,17 @@ def session_tokens(
     *,
     system: str | None = None,
     tools: Sequence[Mapping[str, Any]] | None = None,
+    message_tokens: int | None = None,
 ) -> tuple[int, str]:
     """The session's size: the last real prompt tokens when known, else an exact count of the request the
     agent would send — stored messages, system prompt and tool schemas (R-T2: schemas alone can be 20-30K).
 
     ``last_prompt_tokens`` ≤ 0 means unknown (0: never reported, −1: just compressed, waiting for usage).
+    ``message_tokens``: the stored messages' total, when the caller holds the store's counts.
     """
     if last_prompt_tokens > 0:
         return last_prompt_tokens, "usage"
-    return counter.count_request(messages, system=system, tools=tools), "count"
+    return counter.count_request(messages, system=system, tools=tools, message_tokens=message_tokens), "count"
 
 
 def check_hygiene(

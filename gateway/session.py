@@ -43,6 +43,8 @@ class LiveSession:
     memory: MemoryProvider
     loop: AgentLoop
     messages: list[dict[str, Any]] = field(default_factory=list)
+    # The store's exact count of each of ``messages``: compressions and the agent's ledger start from them.
+    token_counts: list[int] = field(default_factory=list)
     watermark: int = 0
     # The engine state as last read from or written to the store; a different stored one means another
     # worker moved the session on, and the engine must be reloaded.
@@ -58,6 +60,11 @@ class LiveSession:
     def system_prompt(self) -> str:
         """The prompt the agent currently runs with."""
         return self.loop.system_prompt
+
+    @property
+    def held_counts(self) -> list[int] | None:
+        """``token_counts`` when they describe ``messages`` (None if the two ever got out of step)."""
+        return self.token_counts if len(self.token_counts) == len(self.messages) else None
 
     @property
     def last_compaction(self) -> CompactionInfo | None:
@@ -115,7 +122,7 @@ class SessionManager:
                 live.synced_state = record.engine
                 live.loop.system_prompt = self.system_prompt(key, live.memory,
                                                              compacted=record.engine.compression_count > 0)
-        live.messages, live.watermark = active.messages, active.watermark
+        live.messages, live.token_counts, live.watermark = active.messages, active.token_counts, active.watermark
         if remember:
             self._remember(key, live)
         return live
@@ -123,7 +130,7 @@ class SessionManager:
     async def reload(self, live: LiveSession) -> None:
         """Re-read the active messages and their watermark."""
         active = await self.rt.store.messages.load_active(live.id)
-        live.messages, live.watermark = active.messages, active.watermark
+        live.messages, live.token_counts, live.watermark = active.messages, active.token_counts, active.watermark
 
     async def refresh_record(self, live: LiveSession) -> None:
         """Re-read the session row (counters, last compaction) after a write."""

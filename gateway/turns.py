@@ -49,7 +49,7 @@ async def agent_turn(
 
     loop.notices, loop.events, loop.switch_session = notice, events, switch
     try:
-        result = await loop.run_turn(live.messages, message)
+        result = await loop.run_turn(live.messages, message, token_counts=live.held_counts)
     finally:
         loop.notices = loop.events = loop.switch_session = None
     await persist_turn(sessions, live, result)
@@ -64,9 +64,9 @@ async def persist_turn(sessions: SessionManager, live: LiveSession, result: Turn
     if result.messages[: len(stored)] == stored:
         new = result.messages[len(stored):]
         if new:
-            live.watermark = await rt.store.messages.append(
-                live.id, new, [rt.counter.count_message(m) for m in new], engine_state=state)
-            live.messages = stored + new
+            counts = [rt.counter.count_message(m) for m in new]
+            live.watermark = await rt.store.messages.append(live.id, new, counts, engine_state=state)
+            live.messages, live.token_counts = stored + new, live.token_counts + counts
         else:
             await rt.store.sessions.save_engine_state(live.id, state)
     else:

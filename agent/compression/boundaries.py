@@ -73,14 +73,16 @@ def align_forward(messages: Sequence[Message], start: int) -> int:
     return start
 
 
-def walk_tail(messages: Sequence[Message], head_end: int, ceiling: int, min_tail: int, counter: TokenCounter) -> int:
+def walk_tail(messages: Sequence[Message], head_end: int, ceiling: int, min_tail: int, counter: TokenCounter,
+              counts: Sequence[int] | None = None) -> int:
     """Walk back from the end, taking messages while they fit ``ceiling`` tokens (but at least ``min_tail``),
-    never into the head; return the first index taken."""
+    never into the head; return the first index taken. ``counts`` (one per message), when the caller has
+    them, replace counting."""
     n = len(messages)
     accumulated = 0
     cut = n
     for i in range(n - 1, head_end - 1, -1):
-        tokens = counter.count_message(messages[i])
+        tokens = counts[i] if counts is not None else counter.count_message(messages[i])
         if n - cut >= min_tail and accumulated + tokens > ceiling:
             break
         accumulated += tokens
@@ -89,16 +91,17 @@ def walk_tail(messages: Sequence[Message], head_end: int, ceiling: int, min_tail
 
 
 def find_tail_cut(
-    messages: Sequence[Message], head_end: int, tail_budget: int, min_tail: int, counter: TokenCounter
+    messages: Sequence[Message], head_end: int, tail_budget: int, min_tail: int, counter: TokenCounter,
+    counts: Sequence[int] | None = None,
 ) -> int:
     """Token-budget tail cut: fill up to 1.5× the budget (never cutting a big message in half too eagerly).
 
     If everything after the head fits under the soft ceiling, walk again with the plain budget so that a
     transcript just over the threshold still has a middle to compress.
     """
-    cut = walk_tail(messages, head_end, int(tail_budget * SOFT_CEILING_FACTOR), min_tail, counter)
+    cut = walk_tail(messages, head_end, int(tail_budget * SOFT_CEILING_FACTOR), min_tail, counter, counts)
     if cut <= head_end:
-        cut = walk_tail(messages, head_end, tail_budget, min_tail, counter)
+        cut = walk_tail(messages, head_end, tail_budget, min_tail, counter, counts)
     return cut
 
 
@@ -130,11 +133,14 @@ def find_boundaries(
     protect_last_n: int,
     tail_budget: int,
     counter: TokenCounter,
+    counts: Sequence[int] | None = None,
 ) -> Boundaries:
-    """Head end and tail start for ``messages``; ``Boundaries.empty`` means there is nothing to compress."""
+    """Head end and tail start for ``messages``; ``Boundaries.empty`` means there is nothing to compress.
+
+    ``counts`` are the messages' token counts when the caller already has them."""
     head_end = align_forward(messages, head_size(messages, protect_first_n, decayed))
     min_tail = min_tail_count(len(messages), head_end, protect_last_n)
-    cut = find_tail_cut(messages, head_end, tail_budget, min_tail, counter)
+    cut = find_tail_cut(messages, head_end, tail_budget, min_tail, counter, counts)
     cut = align_backward(messages, cut, head_end)
     cut = protect_anchors(messages, cut, head_end)
     return Boundaries(head_end, max(cut, head_end))

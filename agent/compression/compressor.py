@@ -40,7 +40,7 @@ from agent.compression.summary import (
     derive_focus_topic,
     find_latest_summary,
     format_summary,
-    serialize_within,
+    serialize_newest_within,
     summary_output_cap,
 )
 from agent.compression.threshold import (
@@ -66,6 +66,8 @@ Messages = list[dict[str, Any]]
 
 class ContextCompressor(ContextEngine):
     """Lossy compression into protected head + structured summary + verbatim tail."""
+
+    accepts_token_counts = True
 
     def __init__(
         self,
@@ -278,17 +280,31 @@ class ContextCompressor(ContextEngine):
         # A remembered summary absent from these messages came from another session: drop it.
         self._state.previous_summary = find_latest_summary(messages)
 
-    def _plan(self, messages: Sequence[Mapping[str, Any]]) -> tuple[PruneResult | None, Boundaries | None]:
-        """Prune + boundaries; (None, None) when the guard applies, (pruned, None) when there is no middle."""
+    def _plan(
+        self, messages: Sequence[Mapping[str, Any]], counts: Sequence[int] | None = None,
+        has_summary: bool | None = None,
+    ) -> tuple[PruneResult | None, Boundaries | None, list[int]]:
+        """Prune + boundaries; (None, None, []) when the guard applies, (pruned, None, …) when there is no middle.
+
+        With ``counts`` (one per message) nothing already counted is counted again, and the third item holds
+        the counts of the pruned list; without them the stages count lazily, only as far as they walk.
+        ``has_summary``: whether ``messages`` hold a handoff summary, when the caller has just looked.
+        """
         # Decided from the messages, not the remembered summary: compress() drops a summary these messages
         # do not contain (R-C7), and has_content_to_compress must predict that compress() exactly (R-C10).
-        decayed = self._state.compression_count >= 1 or find_latest_summary(messages) is not None
+        if has_summary is None:
+            has_summary = find_latest_summary(messages) is not None
+        decayed = self._state.compression_count >= 1 or has_summary
         head = head_size(messages, self.protect_first_n, decayed)
         if len(messages) <= head + MIN_GUARD_MESSAGES:
-            return None, None
+            return None, None, []
         min_tail = min_tail_count(len(messages), head, self.protect_last_n)
-        protect_from = find_prune_boundary(messages, self.tail_token_budget, min_tail, self._counter)
+        protect_from = find_prune_boundary(messages, self.tail_token_budget, min_tail, self._counter, counts)
         pruned = prune_messages(messages, protect_from)
+        # Pruning replaces only the messages it changes: the others keep their counts.
+        work_counts = [] if counts is None else [
+            c if p is m else self._counter.count_message(p)
+            for p, m, c in zip(pruned.messages, messages, counts, strict=True)]
         bounds = find_boundaries(
             pruned.messages,
             protect_first_n=self.protect_first_n,
@@ -296,28 +312,37 @@ class ContextCompressor(ContextEngine):
             protect_last_n=self.protect_last_n,
             tail_budget=self.tail_token_budget,
             counter=self._counter,
+            counts=work_counts if counts is not None else None,
         )
-        return pruned, None if bounds.empty else bounds
+        return pruned, None if bounds.empty else bounds, work_counts
 
     def _unchanged(
-        self, messages: Messages, tokens: int, reason: str, *, aborted: bool = False, ineffective: bool = False
+        self, messages: Messages, counts: Sequence[int], reason: str, *, aborted: bool = False,
+        ineffective: bool = False,
     ) -> CompressionResult:
         state = self._state
         if ineffective:
             state.ineffective_count += 1
         state.last_compress_aborted = aborted
         state.last_compress_reason = reason
-        return self._record(CompressionResult(messages, False, len(messages), len(messages), tokens, tokens,
-                                              "none", aborted, reason))
+        return self._record(CompressionResult(messages, False, len(messages), len(messages), sum(counts),
+                                              sum(counts), "none", aborted, reason, token_counts=tuple(counts)))
 
     def _record(self, result: CompressionResult) -> CompressionResult:
         self.last_compression = result
         self._state.last_stats = result.stats()
         return result
 
-    def _summary_prompt(self, middle: Messages, messages: Messages, focus_topic: str | None) -> tuple[str, int]:
-        """The summary prompt and its ``max_tokens``; the middle is trimmed (oldest first) to the summary window."""
-        budget = summary_budget(self._counter.count_messages(middle), self.context_length)
+    def _summary_prompt(
+        self, middle: Messages, middle_tokens: int, messages: Messages, focus_topic: str | None
+    ) -> tuple[str, int]:
+        """The summary prompt and its ``max_tokens``; the middle is trimmed (oldest first) to the summary window.
+
+        The prompt's size is its frame's count plus the serialized blocks' counts (each block is counted once,
+        as it is kept), never a second tokenization of the whole prompt. That sum is a hair above the exact
+        count (a separator may merge with its neighbour), so ``max_tokens`` errs on the side of fitting.
+        """
+        budget = summary_budget(middle_tokens, self.context_length)
         focus = focus_topic or derive_focus_topic(messages)
 
         def build(middle_text: str) -> str:
@@ -327,10 +352,13 @@ class ContextCompressor(ContextEngine):
 
         # An unknown summary window is taken to be the main one: the summary call must fit the same model.
         window = self.summary_context_length or self.context_length
-        frame = self._counter.count_text(build("")) + self._counter.count_text(SUMMARIZER_SYSTEM)
+        frame_text = build("")
+        frame = self._counter.count_text(frame_text) + self._counter.count_text(SUMMARIZER_SYSTEM)
         limit = window - frame - summary_output_reserve(self.context_length)
-        prompt = build(serialize_within(middle, max(limit, 1), self._counter))
-        room = window - self._counter.count_text(prompt) - self._counter.count_text(SUMMARIZER_SYSTEM) - _FRAMING
+        middle_text, middle_text_tokens = serialize_newest_within(middle, max(limit, 1), self._counter)
+        # The serialized middle is the prompt's last part: build(text) == build("") + text.
+        prompt = frame_text + middle_text
+        room = window - frame - middle_text_tokens - _FRAMING
         return prompt, summary_output_cap(budget, room)
 
     async def compress(
@@ -339,60 +367,89 @@ class ContextCompressor(ContextEngine):
         current_tokens: int | None = None,
         focus_topic: str | None = None,
         force: bool = False,
+        token_counts: Sequence[int] | None = None,
     ) -> CompressionResult:
         """Compress ``messages`` once; the input is never mutated.
 
         ``current_tokens`` (the caller's request-level figure) is not used for decisions: before/after and
         savings are exact counts of the message lists, so they compare like with like. ``force`` (manual
-        /compress) bypasses summary-model cooldowns.
+        /compress) bypasses summary-model cooldowns. ``token_counts``, one exact count per message (the
+        agent's ledger and the store hold them), spare re-tokenizing the input; each message is otherwise
+        counted once, and that one list serves pruning, the tail walk, the summary budget and the totals.
+        The result's ``token_counts`` are those of its messages.
         """
         original: Messages = [m if isinstance(m, dict) else dict(m) for m in messages]
         self._rehydrate(original)
-        tokens_before = self._counter.count_messages(original)
-        pruned, bounds = self._plan(original)
+        counts = self._input_counts(original, token_counts)
+        tokens_before = sum(counts)
+        # _rehydrate has just looked for a summary in these very messages.
+        pruned, bounds, work_counts = self._plan(original, counts, self._state.previous_summary is not None)
         if pruned is None:
-            return self._unchanged(original, tokens_before, "nothing to compress: too few messages")
+            return self._unchanged(original, counts, "nothing to compress: too few messages")
         if bounds is None:
-            return self._unchanged(original, tokens_before,
+            return self._unchanged(original, counts,
                                    "nothing to compress: everything is in the protected head and tail",
                                    ineffective=True)
         work = pruned.messages
         middle = work[bounds.head_end : bounds.tail_start]
+        middle_tokens = sum(work_counts[bounds.head_end : bounds.tail_start])
         outcome = await request_summary(
             self._state, summary_provider=self._summary_provider, main_provider=self._main_provider,
-            build_prompt=lambda: self._summary_prompt(middle, work, focus_topic), now=self._clock(), force=force,
-            abort_on_failure=self.abort_on_summary_failure,
+            build_prompt=lambda: self._summary_prompt(middle, middle_tokens, work, focus_topic), now=self._clock(),
+            force=force, abort_on_failure=self.abort_on_summary_failure,
         )
         if outcome.abort:
-            return self._unchanged(original, tokens_before,
+            return self._unchanged(original, counts,
                                    f"Context compression aborted ({outcome.reason}): {ABORT_WARNING}", aborted=True)
         kind, failure = ("llm" if outcome.body is not None else "static"), outcome.reason
         body = outcome.body or self._static_body(middle)
-        assembled, tokens_after = self._assemble(work, bounds, body)
-        if tokens_after >= tokens_before and kind == "llm":
+        kept = self._kept_counts(work, work_counts, bounds)
+        assembled, after_counts = self._assemble(work, kept, bounds, body)
+        if sum(after_counts) >= tokens_before and kind == "llm":
             # A summary longer than what it replaces (a small model rambling to its output cap) is a failed
             # summary (R-C8): the deterministic one still lets the conversation shrink.
             kind, failure, body = "static", "the model's summary was longer than the turns it replaced", \
                 self._static_body(middle)
-            assembled, tokens_after = self._assemble(work, bounds, body)
-        if tokens_after >= tokens_before:
-            return self._unchanged(original, tokens_before, "compression would not reduce tokens", ineffective=True)
-        return self._commit(original, assembled.messages, tokens_before, tokens_after, bounds, pruned, kind,
+            assembled, after_counts = self._assemble(work, kept, bounds, body)
+        if sum(after_counts) >= tokens_before:
+            return self._unchanged(original, counts, "compression would not reduce tokens", ineffective=True)
+        return self._commit(original, assembled.messages, tokens_before, after_counts, bounds, pruned, kind,
                              failure, body)
+
+    def _input_counts(self, messages: Messages, token_counts: Sequence[int] | None) -> list[int]:
+        if token_counts is None:
+            return self._counter.count_each(messages)
+        if len(token_counts) != len(messages):
+            raise ValueError(f"{len(messages)} messages but {len(token_counts)} token counts")
+        return [int(c) for c in token_counts]
+
+    @staticmethod
+    def _kept_counts(work: Messages, counts: Sequence[int], bounds: Boundaries) -> dict[int, int]:
+        """Counts of the head and tail messages by identity, for those assembly keeps as they are (identity is
+        safe: every one of them stays alive in ``work`` while the map is used)."""
+        head = zip(work[: bounds.head_end], counts[: bounds.head_end], strict=True)
+        tail = zip(work[bounds.tail_start :], counts[bounds.tail_start :], strict=True)
+        return {id(m): c for m, c in (*head, *tail)}
 
     def _static_body(self, middle: Messages) -> str:
         return build_static_summary(middle, today=self._today(), previous_summary=self._state.previous_summary)
 
-    def _assemble(self, work: Messages, bounds: Boundaries, body: str) -> tuple[AssemblyResult, int]:
+    def _assemble(
+        self, work: Messages, kept: Mapping[int, int], bounds: Boundaries, body: str
+    ) -> tuple[AssemblyResult, list[int]]:
+        """The assembled list and its per-message counts: only what assembly created or changed is counted."""
         assembled = assemble(work[: bounds.head_end], format_summary(body), work[bounds.tail_start :],
                              first_compression=not self._decayed())
-        return assembled, self._counter.count_messages(assembled.messages)
+        counts = [kept.get(id(m)) for m in assembled.messages]
+        return assembled, [self._counter.count_message(m) if c is None else c
+                           for m, c in zip(assembled.messages, counts, strict=True)]
 
     def _commit(
-        self, original: Messages, result: Messages, before: int, after: int, bounds: Boundaries,
+        self, original: Messages, result: Messages, before: int, after_counts: list[int], bounds: Boundaries,
         pruned: PruneResult, kind: str, failure: str, body: str,
     ) -> CompressionResult:
         state = self._state
+        after = sum(after_counts)
         savings = 1.0 - after / before
         state.ineffective_count = state.ineffective_count + 1 if savings < INEFFECTIVE_SAVINGS else 0
         state.compression_count += 1
@@ -404,5 +461,5 @@ class ContextCompressor(ContextEngine):
         state.last_compress_reason = f"static fallback summary ({failure})" if kind == "static" else ""
         return self._record(CompressionResult(
             result, True, len(original), len(result), before, after, kind, False, state.last_compress_reason,
-            bounds.head_end, bounds.tail_start, pruned.pruned,
+            bounds.head_end, bounds.tail_start, pruned.pruned, tuple(after_counts),
         ))

@@ -50,6 +50,9 @@ class CompressionResult:
     head_end: int = 0
     tail_start: int = 0
     pruned: int = 0
+    # Exact token count of each of ``messages``, when the engine knows them (the built-in one does): the
+    # store keeps them per row, so persisting the result tokenizes nothing. Empty when unknown.
+    token_counts: tuple[int, ...] = ()
 
     @property
     def savings_pct(self) -> float:
@@ -83,6 +86,9 @@ class ContextEngine(ABC):
     threshold_tokens: int = 0
     context_length: int = 0
     compression_count: int = 0
+    # True when ``compress`` takes ``token_counts=`` (one exact count per message, which callers holding
+    # them pass so that nothing is re-tokenized); engines written before it existed leave it False.
+    accepts_token_counts: bool = False
 
     @abstractmethod
     def should_compress(self, prompt_tokens: int | None = None) -> bool:

@@ -12,7 +12,6 @@ The last user message and the last assistant message with text are never touched
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -59,16 +58,18 @@ class PruneResult:
 
 
 def find_prune_boundary(
-    messages: Sequence[Message], tail_budget: int, min_tail: int, counter: TokenCounter
+    messages: Sequence[Message], tail_budget: int, min_tail: int, counter: TokenCounter,
+    counts: Sequence[int] | None = None,
 ) -> int:
     """First index of the protected tail: the newest messages within ``tail_budget`` tokens, at least ``min_tail``."""
-    return walk_tail(messages, 0, tail_budget, min_tail, counter)
+    return walk_tail(messages, 0, tail_budget, min_tail, counter, counts)
 
 
 def _content_key(content: Any) -> tuple[str, int]:
-    """(md5 prefix, serialized size) of a tool result's content."""
+    """(identity, serialized size) of a tool result's content: the text itself, so equal means equal (a
+    truncated hash could call two different outputs duplicates) and a text seen before costs no hashing."""
     raw = content if isinstance(content, str) else json.dumps(content, sort_keys=True, ensure_ascii=False)
-    return hashlib.md5(raw.encode(), usedforsecurity=False).hexdigest()[:12], len(raw)
+    return raw, len(raw)
 
 
 def _shrink_value(value: Any) -> Any:

@@ -29,6 +29,7 @@ __all__ = [
     "format_summary",
     "is_summary_text",
     "serialize_for_summary",
+    "serialize_newest_within",
     "serialize_within",
     "strip_summary",
     "summary_body",
@@ -71,6 +72,8 @@ _PER_MESSAGE_TAIL = 1_500
 _OUTPUT_FLOOR = 16_000
 _OUTPUT_BUDGET_FACTOR = 4
 _FOCUS_CHARS = 300
+# What a block's "\n\n" separator is budgeted at.
+_BLOCK_SEPARATOR_TOKENS = 2
 _THINK_RE = re.compile(r"<(think|thinking|reasoning)>.*?</\1>", re.S | re.I)
 
 
@@ -131,27 +134,46 @@ def serialize_within(messages: Sequence[Message], limit_tokens: int | None, coun
     The newest turns matter most for a handoff; an explicit note records what was left out, so a summary
     model that is smaller than planned degrades visibly instead of failing with a context-length error.
     """
-    blocks = [serialize_message(m) for m in messages]
     if limit_tokens is None:
-        return "\n\n".join(blocks)
+        return serialize_for_summary(messages)
+    return serialize_newest_within(messages, limit_tokens, counter)[0]
+
+
+def serialize_newest_within(messages: Sequence[Message], limit_tokens: int,
+                            counter: TokenCounter) -> tuple[str, int]:
+    """`serialize_within` with a limit, and the text's size in tokens (the sum of its blocks' counts).
+
+    Messages are serialized, redacted and counted newest first, and only as far as the limit allows: the
+    older ones of a long middle are never serialized at all (at 20K messages most of them do not fit).
+    """
     kept: list[str] = []
     used = 0
-    for block in reversed(blocks):
-        cost = counter.count_text(block) + 2
+    for message in reversed(messages):
+        block = serialize_message(message)
+        cost = counter.count_text(block) + _BLOCK_SEPARATOR_TOKENS
         if used + cost > limit_tokens and kept:
             break
         kept.append(block)
         used += cost
-    omitted = len(blocks) - len(kept)
-    note = [f"[{omitted:,} earlier messages omitted: too long for the summary model]"] if omitted else []
-    return "\n\n".join(note + kept[::-1])
+    omitted = len(messages) - len(kept)
+    if omitted:
+        note = f"[{omitted:,} earlier messages omitted: too long for the summary model]"
+        kept.append(note)
+        used += counter.count_text(note) + _BLOCK_SEPARATOR_TOKENS
+    return "\n\n".join(kept[::-1]), used
 
 
 def derive_focus_topic(messages: Sequence[Message], turns: int = 3) -> str:
     """An automatic focus: the last few user requests, newest last, clipped (handoff summaries are not requests)."""
-    texts = (strip_summary(content_text(m)).strip() for m in messages if m.get("role") == "user")
-    asks = [text for text in texts if text]
-    joined = " | ".join(" ".join(a.split()) for a in asks[-turns:])
+    asks: list[str] = []
+    for message in reversed(messages):  # newest first, and only as far back as ``turns`` asks
+        if len(asks) >= turns:
+            break
+        if message.get("role") == "user":
+            text = strip_summary(content_text(message)).strip()
+            if text:
+                asks.append(text)
+    joined = " | ".join(" ".join(a.split()) for a in reversed(asks))
     return redact_secrets(joined[-_FOCUS_CHARS:])
 
 
