@@ -6,7 +6,7 @@ another revision.
     python -m bench.compress --quick              # no 100K-message session, 3 rounds
 
 Cases: every corpus of ``../shared/corpus`` (each transcript compressed with the window set to its own
-size, as the corpus tests do), the 28 agent transcripts together, the largest one alone, and synthetic
+size, as the corpus tests do), the 28 coding-agent transcripts together, the largest one alone, and synthetic
 sessions of 1K / 5K / 20K / 100K messages (tau-bench conversations chained, 200K window). Each runs on two
 paths — ``llm``: an instant in-process summary model with a fixed ~6,000-character reply, so serializing,
 redacting and counting the middle, building the prompt and the budget checks all run; ``static``: no
@@ -50,7 +50,9 @@ Case = list[tuple[Messages, int]]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 _WORKER = Path(__file__).resolve().parent / "_compress_worker.py"
-AGENT_CORPORA = ("claude_code", "miniswe", "tau_bench")
+# The coding-agent transcripts (6 + 22) of the issue's side-by-side measurement; tau-bench's short airline
+# dialogues are a corpus row of their own and the material of the synthetic sessions.
+AGENT_CORPORA = ("claude_code", "miniswe")
 SIZES = (1_000, 5_000, 20_000, 100_000)
 SYNTHETIC_WINDOW = 200_000
 PATHS = ("llm", "static")
@@ -169,22 +171,28 @@ class Row:
 
 
 def measure(new: Worker, old: Worker | None, cases: dict[str, Case], rounds: int) -> list[Row]:
-    """Every case × path × mode, the revisions interleaved, the first (warm-up) round dropped."""
+    """Every case × path × mode; within a round the modes and the revisions alternate (new warm, old warm,
+    new cold, old cold), so that drifting machine load hits every figure alike; the first round is dropped."""
     rows = []
-    for case, path, mode in itertools.product(cases, PATHS, MODES):
-        new_runs, old_runs = [], []
+    for case, path in itertools.product(cases, PATHS):
+        runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for round_ in range(rounds + 1):
-            a = new.run(case, path, mode)
-            b = old.run(case, path, mode) if old is not None else None
-            if round_:
-                new_runs.append(a["seconds"])
-                if b is not None:
-                    old_runs.append(b["seconds"])
-        row = Row(case, path, mode, a["tokens_before"], a["tokens_after"], statistics.median(new_runs))
-        if b is not None:
-            row.old_s, row.same = statistics.median(old_runs), a["digests"] == b["digests"]
-        rows.append(row)
-        _print_row(row)
+            for mode in MODES:
+                for label, worker in (("new", new), ("old", old)):
+                    if worker is not None:
+                        answer = worker.run(case, path, mode)
+                        if round_:
+                            runs.setdefault((label, mode), []).append(answer)
+        for mode in MODES:
+            fresh = runs[("new", mode)]
+            row = Row(case, path, mode, fresh[-1]["tokens_before"], fresh[-1]["tokens_after"],
+                      statistics.median(r["seconds"] for r in fresh))
+            if old is not None:
+                base = runs[("old", mode)]
+                row.old_s = statistics.median(r["seconds"] for r in base)
+                row.same = all(a["digests"] == b["digests"] for a, b in zip(fresh, base, strict=True))
+            rows.append(row)
+            _print_row(row)
     return rows
 
 

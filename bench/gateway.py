@@ -8,10 +8,15 @@ FIFO queue, turn lock, loading the session, hygiene check, the agent loop's book
 * sweep: 10,000 open, idle sessions with nothing over a limit — one full `sweep()` (target ≤ 1 s).
 
     python -m bench.gateway [--postgres URL] [--redis URL] [--sessions 100] [--rounds 10]
+    python -m bench.gateway --baseline 9e68aaa [--ab-rounds 7]
 
 Runs on SQLite + in-process locks always; on PostgreSQL + Redis when both URLs are given (or come from
 ``CONCORD_BENCH_POSTGRES_URL``/``CONCORD_TEST_POSTGRES_URL`` and ``CONCORD_BENCH_REDIS_URL``/
 ``CONCORD_TEST_REDIS_URL``). A private PostgreSQL database is created and dropped.
+
+``--baseline GITREF`` measures SQLite latency and throughput of this checkout and of that revision (checked
+out in a temporary git worktree), each run in its own process, alternating A, B, A, B… for ``--ab-rounds``
+after a warm-up pair, and prints the medians with old/new ratios.
 """
 
 from __future__ import annotations
@@ -20,8 +25,11 @@ import argparse
 import asyncio
 import contextlib
 import itertools
+import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -46,6 +54,7 @@ from gateway.sweep import sweep
 
 __all__ = ["main"]
 
+_REVISION = Path(__file__).resolve().parent / "_revision.py"
 P99_TARGET_MS = 10.0
 SWEEP_TARGET_S = 1.0
 IDLE_SESSIONS = 10_000
@@ -148,18 +157,27 @@ async def _sweep_idle(gateway: Gateway) -> tuple[float, int]:
     return time.perf_counter() - started, len(report.entries)
 
 
-async def _one(label: str, url: str, locks: LockBackend, sessions: int, rounds: int, data_dir: Path) -> bool:
+async def measure(url: str, locks: LockBackend, sessions: int, rounds: int, data_dir: Path, *,
+                  with_sweep: bool = True) -> dict[str, float]:
+    """Latency percentiles (ms), throughput (messages/s) and, optionally, the idle sweep on one database."""
     await upgrade_database(url)
     gateway, _ = await _gateway(url, locks, data_dir)
     try:
         samples = await _latency(gateway, sessions, rounds)
         rate = await _throughput(gateway, sessions, rounds)
-        swept_s, candidates = await _sweep_idle(gateway)
+        swept_s, candidates = await _sweep_idle(gateway) if with_sweep else (0.0, 0)
     finally:
         await gateway.aclose()
-    p50, p99 = _pct(samples, 0.50) * 1e3, _pct(samples, 0.99) * 1e3
-    print(f"{label:<22}{len(samples):>7,}{p50:>9.2f}{p99:>9.2f}{statistics.fmean(samples) * 1e3:>9.2f}"
-          f"{rate:>12,.0f}{swept_s * 1e3:>11.1f}{candidates:>6}")
+    return {"messages": len(samples), "p50_ms": _pct(samples, 0.50) * 1e3, "p99_ms": _pct(samples, 0.99) * 1e3,
+            "mean_ms": statistics.fmean(samples) * 1e3, "msgs_per_s": rate, "sweep_s": swept_s,
+            "sweep_hits": candidates}
+
+
+async def _one(label: str, url: str, locks: LockBackend, sessions: int, rounds: int, data_dir: Path) -> bool:
+    figures = await measure(url, locks, sessions, rounds, data_dir)
+    p50, p99, swept_s = figures["p50_ms"], figures["p99_ms"], figures["sweep_s"]
+    print(f"{label:<22}{figures['messages']:>7,.0f}{p50:>9.2f}{p99:>9.2f}{figures['mean_ms']:>9.2f}"
+          f"{figures['msgs_per_s']:>12,.0f}{swept_s * 1e3:>11.1f}{figures['sweep_hits']:>6.0f}")
     print(f"{'':<22}p99 ratio to {P99_TARGET_MS:.0f} ms target: {p99 / P99_TARGET_MS:.2f}; "
           f"sweep ratio to {SWEEP_TARGET_S:.0f} s target: {swept_s / SWEEP_TARGET_S:.3f}")
     return p99 <= P99_TARGET_MS and swept_s <= SWEEP_TARGET_S
@@ -181,6 +199,46 @@ async def run(postgres: str | None, redis: str | None, sessions: int, rounds: in
     return 0 if ok else 1
 
 
+async def _sqlite_figures(sessions: int, rounds: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix="concord-bench-gw-") as tmp:
+        return await measure(f"sqlite+aiosqlite:///{Path(tmp) / 'gw.db'}", InProcessLocks(), sessions, rounds,
+                             Path(tmp), with_sweep=False)
+
+
+_FIGURES = (("p50_ms", "p50 ms"), ("p99_ms", "p99 ms"), ("mean_ms", "mean ms"), ("msgs_per_s", "msgs/s"))
+
+
+def compare(baseline: str, sessions: int, rounds: int, ab_rounds: int) -> int:
+    """This checkout against ``baseline`` on SQLite, alternating processes; print medians and old/new ratios."""
+    from bench.compress import REPO_ROOT, baseline_checkout
+
+    def child(root: Path) -> dict[str, float]:
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        done = subprocess.run([sys.executable, str(_REVISION), str(root), __file__, "--child", "--sessions",
+                               str(sessions), "--rounds", str(rounds)], cwd=root, env=env, check=True,
+                              capture_output=True, text=True)
+        figures = json.loads(done.stdout.strip().splitlines()[-1])
+        if not str(figures.pop("gateway")).startswith(str(root)):
+            raise RuntimeError(f"the run for {root} imported another checkout's gateway package")
+        return figures
+
+    runs: dict[str, list[dict[str, float]]] = {"new": [], "old": []}
+    with baseline_checkout(baseline) as old_root:
+        for round_ in range(ab_rounds + 1):
+            for label, root in (("new", REPO_ROOT), ("old", old_root)):
+                figures = child(root)
+                if round_:  # the first pair warms caches and the disk
+                    runs[label].append(figures)
+    print(f"sqlite + in-process, {sessions} sessions × {rounds} rounds; median of {ab_rounds} runs each, "
+          f"alternating with {baseline} (old)")
+    print(f"{'':<10}{'new':>10}{'old':>10}{'old/new':>10}")
+    for key, name in _FIGURES:
+        new, old = (statistics.median(r[key] for r in runs[label]) for label in ("new", "old"))
+        ratio = new / old if key == "msgs_per_s" else old / new  # > 1: the new one is better either way
+        print(f"{name:<10}{new:>10.2f}{old:>10.2f}{ratio:>9.2f}×")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(prog="python -m bench.gateway", description=__doc__.split("\n\n")[0])
@@ -190,9 +248,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                         or os.environ.get("CONCORD_TEST_REDIS_URL"))
     parser.add_argument("--sessions", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--baseline", metavar="GITREF", help="compare with this revision (SQLite), interleaved")
+    parser.add_argument("--ab-rounds", type=int, default=7, help="runs per revision with --baseline (median)")
     args = parser.parse_args(argv)
+    if args.baseline:
+        return compare(args.baseline, args.sessions, args.rounds, args.ab_rounds)
     return asyncio.run(run(args.postgres, args.redis, args.sessions, args.rounds))
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--child"]:
+        # One side of --baseline, started through bench/_revision.py: one JSON line of SQLite figures.
+        size = argparse.ArgumentParser()
+        size.add_argument("--sessions", type=int)
+        size.add_argument("--rounds", type=int)
+        known = size.parse_args(sys.argv[2:])
+        import gateway
+
+        print(json.dumps({**asyncio.run(_sqlite_figures(known.sessions, known.rounds)), "gateway": gateway.__file__}))
+        raise SystemExit(0)
     raise SystemExit(main())

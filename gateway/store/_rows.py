@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Row, insert, select, update
+from sqlalchemy import Row, Select, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent.tokens import message_text
@@ -69,27 +69,35 @@ def encoded_rows(messages: Sequence[Mapping[str, Any]], token_counts: Sequence[i
     ]
 
 
-async def insert_rows(conn: AsyncConnection, session_id: str, first_seq: int, rows: Sequence[StoredRow],
-                      *, compacted: bool | None = None) -> None:
-    """Insert ``rows`` as active messages with sequences ``first_seq, first_seq + 1, …``."""
-    if not rows:
-        return
-    await conn.execute(insert(MessageRow), [
+def message_values(session_id: str, first_seq: int, rows: Sequence[StoredRow], *,
+                   compacted: bool | None = None) -> list[dict[str, Any]]:
+    """Column values of ``rows`` as active messages with sequences ``first_seq, first_seq + 1, …``."""
+    return [
         {"session_id": session_id, "seq": first_seq + i, "role": r.role, "payload": r.payload,
          "search_text": r.search_text, "tokens": r.tokens, "created_at": r.created_at, "active": True,
          "archived_at": None, "archived_by": None, "compacted": r.compacted if compacted is None else compacted}
         for i, r in enumerate(rows)
-    ])
+    ]
+
+
+async def insert_rows(conn: AsyncConnection, session_id: str, first_seq: int, rows: Sequence[StoredRow],
+                      *, compacted: bool | None = None) -> None:
+    """Insert ``rows`` as active messages with sequences ``first_seq, first_seq + 1, …``."""
+    if rows:
+        await conn.execute(insert(MessageRow), message_values(session_id, first_seq, rows, compacted=compacted))
+
+
+def active_rows_query(session_id: str) -> Select[Any]:
+    """The session's active rows in sequence order."""
+    return (select(MessageRow.seq, MessageRow.role, MessageRow.payload, MessageRow.search_text, MessageRow.tokens,
+                   MessageRow.created_at, MessageRow.compacted)
+            .where(MessageRow.session_id == session_id, MessageRow.active.is_(True))
+            .order_by(MessageRow.seq))
 
 
 async def active_rows(conn: AsyncConnection, session_id: str) -> list[Row[Any]]:
     """The session's active rows in sequence order."""
-    result = await conn.execute(
-        select(MessageRow.seq, MessageRow.role, MessageRow.payload, MessageRow.search_text, MessageRow.tokens,
-               MessageRow.created_at, MessageRow.compacted)
-        .where(MessageRow.session_id == session_id, MessageRow.active.is_(True))
-        .order_by(MessageRow.seq))
-    return list(result)
+    return list(await conn.execute(active_rows_query(session_id)))
 
 
 def stored(row: Row[Any]) -> StoredRow:

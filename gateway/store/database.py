@@ -4,27 +4,72 @@ SQLite: WAL, a busy timeout and foreign keys on every connection. pysqlite's own
 transactions lazily (and never for SELECT), which would let a read-then-write race with another process; we
 switch it off and issue BEGIN ourselves — ``BEGIN IMMEDIATE`` for writes, so a writer takes the database
 lock up front and waits (busy timeout) instead of failing when it upgrades from reading to writing.
+
+aiosqlite runs every DBAPI call (cursor, execute, fetch, close, commit: about four per statement) as one
+round trip to its connection thread, and on a busy machine each costs a thread switch and a GIL hand-over.
+The per-message transactions therefore go through `run_read` / `run_write`: a synchronous function of
+SQLAlchemy Core statements that, on a SQLite file, runs whole on a synchronous twin engine in a worker
+thread — one round trip per transaction — and elsewhere inside `read` / `write` through ``run_sync``.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import weakref
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import event
+from sqlalchemy import URL, Engine, event
+from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-__all__ = ["SQLITE_BUSY_TIMEOUT_MS", "create_engine", "read", "write"]
+__all__ = ["SQLITE_BUSY_TIMEOUT_MS", "create_engine", "dispose_engine", "read", "run_read", "run_write", "write"]
 
 SQLITE_BUSY_TIMEOUT_MS = 15_000
 _WRITE = "concord_write"
+# Worker threads (and pooled connections) of a SQLite file's synchronous twin engine.
+_TWIN_THREADS = 4
+
+T = TypeVar("T")
 
 
-def _install_sqlite_hooks(engine: AsyncEngine) -> None:
-    @event.listens_for(engine.sync_engine, "connect")
+@dataclass
+class _Twin:
+    """A synchronous engine on the same SQLite file and the threads its transactions run in."""
+
+    url: URL
+    engine: Engine | None = None
+    executor: ThreadPoolExecutor | None = None
+
+    def start(self) -> tuple[Engine, ThreadPoolExecutor]:
+        """The engine and executor, created on first use (migrations never pay for them)."""
+        if self.engine is None or self.executor is None:
+            # Each pooled connection is used by one thread at a time, but not always the same one.
+            self.engine = create_sync_engine(self.url.set(drivername="sqlite+pysqlite"), pool_size=_TWIN_THREADS,
+                                             max_overflow=0, pool_reset_on_return=None,
+                                             connect_args={"check_same_thread": False})
+            _install_sqlite_hooks(self.engine)
+            self.executor = ThreadPoolExecutor(_TWIN_THREADS, thread_name_prefix="concord-sqlite")
+        return self.engine, self.executor
+
+    def close(self) -> None:
+        """Let running transactions finish, then close every connection."""
+        if self.executor is not None:
+            self.executor.shutdown(wait=True)
+        if self.engine is not None:
+            self.engine.dispose()
+
+
+_twins: weakref.WeakKeyDictionary[AsyncEngine, _Twin] = weakref.WeakKeyDictionary()
+
+
+def _install_sqlite_hooks(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
@@ -34,7 +79,7 @@ def _install_sqlite_hooks(engine: AsyncEngine) -> None:
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
 
-    @event.listens_for(engine.sync_engine, "begin")
+    @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get(_WRITE) else "BEGIN")
 
@@ -51,7 +96,9 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
         # thread round trip per checkout.
         kwargs.setdefault("pool_reset_on_return", None)
         engine = create_async_engine(parsed, **kwargs)
-        _install_sqlite_hooks(engine)
+        _install_sqlite_hooks(engine.sync_engine)
+        if parsed.database and parsed.database != ":memory:" and not parsed.database.startswith("file:"):
+            _twins[engine] = _Twin(parsed)
         return engine
     kwargs.setdefault("pool_pre_ping", True)
     return create_async_engine(parsed, **kwargs)
@@ -73,3 +120,41 @@ async def read(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
         if conn.dialect.name == "postgresql":
             await conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         yield conn
+
+
+def _in_transaction(engine: Engine, fn: Callable[[Connection], T], writing: bool) -> T:
+    with engine.connect() as conn:
+        if writing:
+            conn.execution_options(**{_WRITE: True})
+        with conn.begin():
+            return fn(conn)
+
+
+async def run_read(engine: AsyncEngine, fn: Callable[[Connection], T]) -> T:
+    """``fn(conn)`` — synchronous SQLAlchemy Core — in one read-only transaction (`read`); on a SQLite file
+    the whole transaction is one round trip to a worker thread."""
+    twin = _twins.get(engine)
+    if twin is None:
+        async with read(engine) as conn:
+            return await conn.run_sync(fn)
+    sync_engine, executor = twin.start()
+    return await asyncio.get_running_loop().run_in_executor(executor, _in_transaction, sync_engine, fn, False)
+
+
+async def run_write(engine: AsyncEngine, fn: Callable[[Connection], T]) -> T:
+    """``fn(conn)`` in one write transaction (`write`: committed on success, rolled back on any error); on a
+    SQLite file the whole transaction is one round trip to a worker thread."""
+    twin = _twins.get(engine)
+    if twin is None:
+        async with write(engine) as conn:
+            return await conn.run_sync(fn)
+    sync_engine, executor = twin.start()
+    return await asyncio.get_running_loop().run_in_executor(executor, _in_transaction, sync_engine, fn, True)
+
+
+async def dispose_engine(engine: AsyncEngine) -> None:
+    """Close every pooled connection of ``engine`` (and of its SQLite twin)."""
+    await engine.dispose()
+    twin = _twins.pop(engine, None)
+    if twin is not None:
+        await asyncio.to_thread(twin.close)

@@ -5,20 +5,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import Connection, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.store._rows import (
-    active_rows,
+    active_rows_query,
     check_batch,
     decode,
     encoded_rows,
     engine_values,
-    insert_rows,
     message_record,
+    message_values,
     utcnow,
 )
-from gateway.store.database import read, write
+from gateway.store.database import read, run_read, run_write
 from gateway.store.errors import SessionEnded, SessionNotFound
 from gateway.store.models import MessageRow, SessionRow
 from gateway.store.records import ActiveSet, EngineState, MessageRecord
@@ -43,32 +43,37 @@ class MessageRepository:
         check_batch(messages, token_counts)
         at = utcnow()
         rows = encoded_rows(messages, token_counts, at)
-        async with write(self._engine) as conn:
-            last = (await conn.execute(
-                update(SessionRow).where(SessionRow.id == session_id, SessionRow.ended_at.is_(None))
+        bump = (update(SessionRow).where(SessionRow.id == session_id, SessionRow.ended_at.is_(None))
                 .values(last_seq=SessionRow.last_seq + len(rows),
                         message_count=SessionRow.message_count + len(rows),
                         token_count=SessionRow.token_count + sum(r.tokens for r in rows),
                         last_active_at=at,
                         **(engine_values(engine_state) if engine_state is not None else {}))
-                .returning(SessionRow.last_seq))).scalar_one_or_none()
+                .returning(SessionRow.last_seq))
+
+        def transaction(conn: Connection) -> int:
+            last = conn.execute(bump).scalar_one_or_none()
             if last is None:
-                exists = (await conn.execute(
-                    select(SessionRow.end_reason).where(SessionRow.id == session_id))).first()
+                exists = conn.execute(select(SessionRow.end_reason).where(SessionRow.id == session_id)).first()
                 if exists is None:
                     raise SessionNotFound(session_id)
                 raise SessionEnded(f"session {session_id} ended ({exists.end_reason})")
-            await insert_rows(conn, session_id, last - len(rows) + 1, rows)
-        return int(last)
+            if rows:
+                conn.execute(insert(MessageRow), message_values(session_id, last - len(rows) + 1, rows))
+            return int(last)
+
+        return await run_write(self._engine, transaction)
 
     async def load_active(self, session_id: str) -> ActiveSet:
         """The active messages in order, read in one snapshot with the watermark (the last sequence)."""
-        async with read(self._engine) as conn:
-            watermark = (await conn.execute(
-                select(SessionRow.last_seq).where(SessionRow.id == session_id))).scalar_one_or_none()
-            if watermark is None:
-                raise SessionNotFound(session_id)
-            rows = await active_rows(conn, session_id)
+
+        def transaction(conn: Connection) -> tuple[int | None, list[Any]]:
+            watermark = conn.execute(select(SessionRow.last_seq).where(SessionRow.id == session_id)).scalar_one_or_none()
+            return watermark, [] if watermark is None else list(conn.execute(active_rows_query(session_id)))
+
+        watermark, rows = await run_read(self._engine, transaction)
+        if watermark is None:
+            raise SessionNotFound(session_id)
         return ActiveSet(session_id=session_id, messages=[decode(r.payload) for r in rows],
                          token_counts=[r.tokens for r in rows], watermark=int(watermark))
 

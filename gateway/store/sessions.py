@@ -17,7 +17,7 @@ from gateway.store._rows import (
     session_record,
     utcnow,
 )
-from gateway.store.database import read, write
+from gateway.store.database import read, run_read, write
 from gateway.store.errors import SessionNotFound
 from gateway.store.models import SessionRow
 from gateway.store.records import EngineState, SessionRecord
@@ -35,8 +35,8 @@ class SessionRepository:
 
     async def get(self, session_id: str) -> SessionRecord | None:
         """The session, or None."""
-        async with read(self._engine) as conn:
-            row = (await conn.execute(select(SessionRow).where(SessionRow.id == session_id))).first()
+        query = select(SessionRow).where(SessionRow.id == session_id)
+        row = await run_read(self._engine, lambda conn: conn.execute(query).first())
         return session_record(row) if row else None
 
     async def require(self, session_id: str) -> SessionRecord:
@@ -47,10 +47,9 @@ class SessionRepository:
         return record
 
     async def get_active(self, platform: str, chat_key: str) -> SessionRecord | None:
-        """The open session of a chat, or None."""
-        async with read(self._engine) as conn:
-            row = (await conn.execute(select(SessionRow).where(
-                SessionRow.platform == platform, SessionRow.chat_key == chat_key, _OPEN))).first()
+        """The open session of a chat, or None (read on every message: one round trip on SQLite)."""
+        query = select(SessionRow).where(SessionRow.platform == platform, SessionRow.chat_key == chat_key, _OPEN)
+        row = await run_read(self._engine, lambda conn: conn.execute(query).first())
         return session_record(row) if row else None
 
     async def latest_ended(self, platform: str, chat_key: str) -> SessionRecord | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.store.compaction import CompactionRepository
-from gateway.store.database import create_engine
+from gateway.store.database import create_engine, dispose_engine
 from gateway.store.messages import MessageRepository
 from gateway.store.migrate import upgrade_database
 from gateway.store.search import MessageSearch
@@ -47,7 +47,7 @@ class Store:
         """Close every pooled connection. Safe to call twice."""
         if not self._closed:
             self._closed = True
-            await self.engine.dispose()
+            await dispose_engine(self.engine)
 
     async def __aenter__(self) -> Store:
         return self
