@@ -1,0 +1,58 @@
+"""`run_read` / `run_write`: a synchronous function of Core statements in one transaction — on a SQLite file
+run whole in a worker thread, elsewhere through ``run_sync`` — with the guarantees of `read` / `write`."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from sqlalchemy import Connection, select, update
+
+from gateway.store import SessionEnded, SessionNotFound, Store, database
+from gateway.store.database import run_read, run_write
+from gateway.store.models import SessionRow
+
+
+class Boom(Exception):
+    """Raised inside a transaction."""
+
+
+async def test_a_failing_write_changes_nothing(store: Store) -> None:
+    record = await store.sessions.get_or_create_active("discord", "dm:1", title="before")
+
+    def transaction(conn: Connection) -> None:
+        conn.execute(update(SessionRow).where(SessionRow.id == record.id).values(title="after"))
+        raise Boom
+
+    with pytest.raises(Boom):
+        await run_write(store.engine, transaction)
+    assert (await store.sessions.require(record.id)).title == "before"
+
+    def rename(conn: Connection) -> int:
+        return conn.execute(update(SessionRow).where(SessionRow.id == record.id).values(title="after")).rowcount
+
+    assert await run_write(store.engine, rename) == 1
+    titles = await run_read(store.engine, lambda conn: conn.execute(select(SessionRow.title)).scalars().all())
+    assert titles == ["after"]
+
+
+async def test_store_errors_raised_inside_pass_through(store: Store) -> None:
+    with pytest.raises(SessionNotFound):
+        await store.messages.append("no-such-session", [{"role": "user", "content": "hi"}], [3])
+    record = await store.sessions.get_or_create_active("discord", "dm:2")
+    await store.sessions.end(record.id, "new")
+    with pytest.raises(SessionEnded):
+        await store.messages.append(record.id, [{"role": "user", "content": "hi"}], [3])
+    assert (await store.messages.load_active(record.id)).messages == []
+
+
+async def test_sqlite_runs_each_transaction_in_a_worker_thread_that_closing_stops(store_url: str) -> None:
+    if not store_url.startswith("sqlite"):
+        pytest.skip("SQLite only")
+    opened = await Store.open(store_url, migrate=False)
+    loop_thread = threading.current_thread().name
+    ran_in = await run_read(opened.engine, lambda conn: threading.current_thread())
+    assert ran_in.name != loop_thread and ran_in.name.startswith("concord-sqlite")
+    await opened.aclose()
+    assert not ran_in.is_alive()
+    assert opened.engine not in database._twins
