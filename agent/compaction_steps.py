@@ -40,10 +40,12 @@ async def before_compaction(
     force: bool,
     notices: NoticeSink | None,
     announce: bool = True,
+    token_counts: Sequence[int] | None = None,
 ) -> bool:
     """Let memory see the messages about to be compacted; announce it when a summary call will be made.
 
-    ``framed`` is the list the engine will compress (system prompt first). Returns whether it announced.
+    ``framed`` is the list the engine will compress (system prompt first); ``token_counts``, its counts for
+    an engine that `accepts_token_counts`. Returns whether it announced.
     """
     if memory is not None:
         try:
@@ -51,7 +53,8 @@ async def before_compaction(
         except Exception:  # rescuing facts is best effort; it must not block the compression
             log.warning("memory on_pre_compress failed", exc_info=True)
     # Only when a summary call will really be made (not for a static fallback during a cooldown).
-    if announce and engine.will_summarize(framed, force=force):
+    counts = {} if token_counts is None else {"token_counts": token_counts}
+    if announce and engine.will_summarize(framed, force=force, **counts):
         await emit_notice(notices, compacting_notice())
         return True
     return False

@@ -313,13 +313,13 @@ class AgentLoop:
 
     async def _compress(self, turn: _Turn, trigger: str, tokens: int, *, force: bool = False) -> CompressionResult:
         framed = [{"role": "system", "content": self.system_prompt}, *turn.messages]
-        if await before_compaction(self.engine, self.memory, framed, force=force, notices=self.notices,
-                                   announce=not turn.told_compacting):
-            turn.told_compacting = True
         counts: dict[str, Any] = {}
         if getattr(self.engine, "accepts_token_counts", False):
             self._ledger.sync(turn.messages)
             counts["token_counts"] = [self.counter.count_message(framed[0]), *self._ledger.counts]
+        if await before_compaction(self.engine, self.memory, framed, force=force, notices=self.notices,
+                                   announce=not turn.told_compacting, **counts):
+            turn.told_compacting = True
         result = await self.engine.compress(framed, current_tokens=tokens, force=force, **counts)
         # Every later check of the turn is still over the threshold and aborts again: warn once per turn.
         if result.aborted and not turn.told_aborted:

@@ -101,7 +101,7 @@ async def compress_session(
     # The store's counts go to the engine, so a compression in the gateway never re-tokenizes the session.
     counts = {"token_counts": [counter.count_message(framed[0]), *held]} \
         if held is not None and getattr(engine, "accepts_token_counts", False) else {}
-    await before_compaction(engine, memory, framed, force=force, notices=notices)
+    await before_compaction(engine, memory, framed, force=force, notices=notices, **counts)
     result = await engine.compress(framed, current_tokens=tokens, focus_topic=focus, force=force, **counts)
     if result.aborted:
         await emit_notice(notices, aborted_notice(result.reason))

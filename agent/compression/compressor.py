@@ -261,15 +261,20 @@ class ContextCompressor(ContextEngine):
         self._state.reset()
         self.last_compression = None
 
-    def has_content_to_compress(self, messages: Sequence[Mapping[str, Any]]) -> bool:
-        """False when everything is in the protected head/tail, so /compress needs no LLM call (R-C10)."""
-        return self._plan(messages)[1] is not None
+    def has_content_to_compress(self, messages: Sequence[Mapping[str, Any]],
+                                token_counts: Sequence[int] | None = None) -> bool:
+        """False when everything is in the protected head/tail, so /compress needs no LLM call (R-C10).
 
-    def will_summarize(self, messages: Sequence[Mapping[str, Any]], *, force: bool = False) -> bool:
+        ``token_counts`` as for `compress`."""
+        counts = None if token_counts is None else self._input_counts(messages, token_counts)
+        return self._plan(messages, counts)[1] is not None
+
+    def will_summarize(self, messages: Sequence[Mapping[str, Any]], *, force: bool = False,
+                       token_counts: Sequence[int] | None = None) -> bool:
         """True only when compress() would call the summary model now: there is a middle, a summary provider,
         and no cooldown (unless ``force``). Otherwise it would insert the static summary or abort, unpaid."""
         allowed = summary_call_allowed(self._state, self._summary_provider, now=self._clock(), force=force)
-        return allowed and self.has_content_to_compress(messages)
+        return allowed and self.has_content_to_compress(messages, token_counts)
 
     # -- the pipeline -----------------------------------------------------------------------------------
 
@@ -416,7 +421,7 @@ class ContextCompressor(ContextEngine):
         return self._commit(original, assembled.messages, tokens_before, after_counts, bounds, pruned, kind,
                              failure, body)
 
-    def _input_counts(self, messages: Messages, token_counts: Sequence[int] | None) -> list[int]:
+    def _input_counts(self, messages: Sequence[Mapping[str, Any]], token_counts: Sequence[int] | None) -> list[int]:
         if token_counts is None:
             return self._counter.count_each(messages)
         if len(token_counts) != len(messages):

@@ -86,8 +86,9 @@ class ContextEngine(ABC):
     threshold_tokens: int = 0
     context_length: int = 0
     compression_count: int = 0
-    # True when ``compress`` takes ``token_counts=`` (one exact count per message, which callers holding
-    # them pass so that nothing is re-tokenized); engines written before it existed leave it False.
+    # True when ``compress`` and ``will_summarize`` take ``token_counts=`` (one exact count per message,
+    # which callers holding them pass so that nothing is re-tokenized); engines written before it existed
+    # leave it False and are never passed any.
     accepts_token_counts: bool = False
 
     @abstractmethod

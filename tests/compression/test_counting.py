@@ -243,3 +243,17 @@ def test_prompt_plus_output_cap_fits_the_summary_window_when_it_binds() -> None:
     sent = provider.calls[0]
     prompt_tokens = counter.count_text(sent["messages"][0]["content"]) + counter.count_text(SUMMARIZER_SYSTEM)
     assert prompt_tokens + sent["max_tokens"] <= 45_000
+
+
+def test_the_plan_with_held_counts_agrees_and_tokenizes_nothing(
+        tokenized: Callable[[TokenCounter], list[str]]) -> None:
+    messages = coding_session(40)
+    held = [get_counter().count_message(m) for m in messages]
+    compressor = make_compressor(context_length=12_000, summary_provider=ScriptedProvider([]))
+    few = [system(), user("hi")]
+    assert compressor.will_summarize(messages) is compressor.will_summarize(messages, token_counts=held) is True
+    assert compressor.has_content_to_compress(few, token_counts=[3, 4]) is False
+    calls = tokenized(compressor._counter)
+    compressor._counter._cache.clear()
+    assert compressor.will_summarize(messages, token_counts=held)
+    assert not {content_text(m) for m in messages} & set(calls)
