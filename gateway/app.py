@@ -30,6 +30,8 @@ from agent.llm.models import build_provider, build_provider_from_spec, context_l
 from agent.memory import FileMemoryProvider, MemoryProvider
 from agent.tokens import get_counter
 from gateway.config import Settings
+from gateway.data_dir import ensure_data_dir, hold_sqlite_lock, sqlite_path
+from gateway.heartbeat import beat
 from gateway.keys import SessionKey
 from gateway.locks import InProcessLocks, LockBackend, RedisLocks
 from gateway.metrics import MeteredProvider, Metrics
@@ -55,6 +57,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 EXIT_NOT_CONFIGURED = 2
+NO_PLATFORM_HELP = ("concord: no platform is configured (set CONCORD_DISCORD__TOKEN or CONCORD_TELEGRAM__TOKEN) "
+                    "and stdin gave no input for the console; run it in a terminal or pipe messages in")
 SHUTDOWN_GRACE_SECONDS = 30.0
 
 
@@ -142,7 +146,7 @@ def _memory_factory(settings: Settings) -> Callable[[SessionKey, str | None], Me
 
 async def _open_store(settings: Settings) -> Store:
     if settings.storage.database_url is None:
-        settings.storage.data_dir.mkdir(parents=True, exist_ok=True)
+        ensure_data_dir(settings.storage.data_dir)
     return await Store.open(settings.storage.url)
 
 
@@ -183,7 +187,8 @@ def build_adapters(settings: Settings) -> list[Adapter]:
         d = settings.discord
         adapters.append(DiscordAdapter(DiscordSettings(
             token=discord_token, allow_bots=d.allow_bots, admin_role_ids=tuple(int(i) for i in d.admin_role_ids),
-            admin_role_names=tuple(d.admin_role_names), slash_commands=d.slash_commands)))
+            admin_role_names=tuple(d.admin_role_names), slash_commands=d.slash_commands,
+            max_image_bytes=d.max_image_bytes, drain_seconds=d.drain_seconds)))
     telegram_token = _secret(settings.telegram.token)
     if telegram_token:
         from adapters.telegram_adapter import TelegramAdapter, TelegramSettings
@@ -191,11 +196,12 @@ def build_adapters(settings: Settings) -> list[Adapter]:
         t = settings.telegram
         adapters.append(TelegramAdapter(TelegramSettings(
             token=telegram_token, api_base_url=t.api_base_url, mode=t.mode, webhook_url=t.webhook_url,
-            webhook_listen=t.webhook_listen, webhook_port=t.webhook_port,
+            webhook_listen=t.webhook_listen, webhook_port=t.webhook_port, webhook_path=t.webhook_path,
             webhook_secret=_secret(t.webhook_secret), check_chat_admins=t.check_chat_admins,
-            parse_mode=t.parse_mode)))
+            admin_cache_seconds=t.admin_cache_seconds, drain_seconds=t.drain_seconds, parse_mode=t.parse_mode)))
     if not adapters:
-        adapters.append(ConsoleAdapter(bot_name=settings.gateway.bot_name))
+        adapters.append(ConsoleAdapter(bot_name=settings.gateway.bot_name,
+                                       history_path=settings.storage.data_dir / "console_history"))
     return adapters
 
 
@@ -210,6 +216,7 @@ class Gateway:
     scheduler: GatewayScheduler = field(init=False)
     _started: list[Adapter] = field(init=False, default_factory=list)
     _closed: bool = field(init=False, default=False)
+    _heartbeat: asyncio.Task[None] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.sessions = SessionManager(self.rt)
@@ -222,7 +229,12 @@ class Gateway:
     async def start(self) -> None:
         """Start the scheduler and connect every adapter."""
         self.scheduler.start()
+        heartbeat = self.rt.settings.gateway.heartbeat_file
+        if heartbeat is not None:
+            self._heartbeat = asyncio.create_task(beat(heartbeat), name="heartbeat")
         for adapter in self.adapters:
+            if isinstance(adapter, ConsoleAdapter):
+                adapter.on_interrupt = self.router.cancel
             await adapter.start(partial(self.router.handle, adapter=adapter))
             self._started.append(adapter)
             log.info("adapter %s started", adapter.name)
@@ -240,6 +252,9 @@ class Gateway:
         if self._closed:
             return
         self._closed = True
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            await asyncio.gather(self._heartbeat, return_exceptions=True)
         await self.scheduler.aclose()
         # Intake stops first: a message fetched now could no longer be handled, and Telegram would count it
         # as delivered. Adapters keep sending, so the turns in flight still answer.
@@ -262,7 +277,15 @@ async def run_gateway(settings: Settings) -> int:
     if not settings.llm.configured:
         print(llm_setup_help(), file=sys.stderr)
         return EXIT_NOT_CONFIGURED
-    gateway = Gateway(await build_runtime(settings), build_adapters(settings))
+    database = sqlite_path(settings.storage.url)
+    with contextlib.ExitStack() as held:
+        if database is not None and settings.redis.url is None:
+            ensure_data_dir(database.parent)
+            held.enter_context(hold_sqlite_lock(database))
+        return await _serve(Gateway(await build_runtime(settings), build_adapters(settings)))
+
+
+async def _serve(gateway: Gateway) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -282,6 +305,11 @@ async def run_gateway(settings: Settings) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(sig)
+    if not stop.is_set() and any(isinstance(a, ConsoleAdapter) and not a.interactive and not a.received_input
+                                 for a in gateway.adapters):
+        # Nobody is there: under Docker or systemd stdin is empty, and a clean exit would only be restarted.
+        print(NO_PLATFORM_HELP, file=sys.stderr)
+        return EXIT_NOT_CONFIGURED
     return 0
 
 

@@ -93,6 +93,17 @@ class SessionQueues(Generic[K, T]):
                 done.cancel()
             self._lanes.pop(key, None)
 
+    def cancel(self, key: K) -> bool:
+        """Cut off ``key``'s running item and drop the ones queued behind it; False when ``key`` is idle.
+
+        The item sees a cancellation (the agent loop ends its turn cleanly, keeping what it did).
+        """
+        lane = self._lanes.get(key)
+        if lane is None or lane.worker is None or lane.worker.done():
+            return False
+        lane.worker.cancel()
+        return True
+
     async def aclose(self, grace_seconds: float) -> None:
         """Refuse new items, let queued ones finish for up to ``grace_seconds``, then cancel the rest."""
         self._closed = True

@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 
 FAILURE_TEXT = "⚠️ Something went wrong while handling your message. Please try again."
 EMPTY_ANSWER = "(The model returned an empty answer.)"
-INTERRUPTED_TEXT = "⚠️ I was interrupted (the bot is restarting) before I could answer. Ask me to continue."
+INTERRUPTED_TEXT = "⚠️ I was interrupted (stopped or restarting) before I could answer. Ask me to continue."
 CONTEXT_HEADER = "[Earlier messages in this channel, not addressed to you]"
 
 
@@ -98,6 +98,10 @@ class Router:
             self._seen.popitem(last=False)
         key = session_key(inbound, self.settings.gateway.scope_for(inbound.platform))
         await self._queues.submit(key, (inbound, adapter))
+
+    def cancel(self, inbound: Inbound) -> bool:
+        """Cancel the turn running in ``inbound``'s session (the console's Ctrl-C); False when none runs."""
+        return self._queues.cancel(session_key(inbound, self.settings.gateway.scope_for(inbound.platform)))
 
     async def aclose(self, grace_seconds: float = 30.0) -> None:
         """Stop taking messages and let queued ones finish (graceful shutdown)."""
