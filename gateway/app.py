@@ -29,6 +29,7 @@ from agent.llm.base import Provider
 from agent.llm.models import build_provider, build_provider_from_spec, context_length_for, resolve_auxiliary
 from agent.memory import FileMemoryProvider, MemoryProvider
 from agent.tokens import get_counter
+from gateway.commands import StatusFigures, status_figures
 from gateway.config import Settings
 from gateway.data_dir import ensure_data_dir, hold_sqlite_lock, sqlite_path
 from gateway.heartbeat import beat
@@ -51,6 +52,7 @@ __all__ = [
     "print_sweep_report",
     "run_gateway",
     "run_sweep",
+    "session_status",
     "summary_provider_for",
 ]
 
@@ -331,6 +333,21 @@ async def run_sweep(settings: Settings, dry_run: bool = False, *, show_progress:
         await rt.provider.aclose()
         await rt.locks.aclose()
         await rt.store.aclose()
+
+
+async def session_status(settings: Settings, store: Store, session_id: str) -> StatusFigures:
+    """The /status figures of a stored session, computed exactly as the chat computes them (``sessions show``).
+
+    Needs no LLM: the window, thresholds and counts come from the settings and the store.
+    """
+    rt = await build_runtime(settings, provider=None if settings.llm.configured else _NoProvider(), store=store,
+                             locks=InProcessLocks())
+    try:
+        record = await store.sessions.require(session_id)
+        sessions = SessionManager(rt)
+        return status_figures(sessions, await sessions.attach(record, None, remember=False))
+    finally:
+        await rt.provider.aclose()
 
 
 class _NoProvider(Provider):

@@ -71,10 +71,10 @@ async def _later_turns(conn: AsyncConnection, session_id: str, number: int) -> l
     tops = dict((await conn.execute(
         select(MessageRow.archived_by, func.max(MessageRow.seq))
         .where(MessageRow.session_id == session_id, MessageRow.archived_by >= number)
-        .group_by(MessageRow.archived_by))).tuples().all())
+        .group_by(MessageRow.archived_by))).all())
     sizes = dict((await conn.execute(
         select(CompactionRow.number, CompactionRow.messages_after)
-        .where(CompactionRow.session_id == session_id, CompactionRow.number >= number))).tuples().all())
+        .where(CompactionRow.session_id == session_id, CompactionRow.number >= number))).all())
     if number not in tops:
         return []  # compaction N replaced an empty set: there is no boundary to count from
     copies = [range(tops[k] + 2, tops[k] + 2 + sizes[k]) for k in sizes if k > number and k in tops]
