@@ -203,10 +203,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = CliParser(prog="concord", description=__doc__,
                        epilog="Exit codes: 0 ok, 1 aborted / not found / unhealthy, 2 bad input or configuration, "
                               "3 storage unavailable, 141 output pipe closed.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="what to do")
 
     config = sub.add_parser("config", help="inspect the configuration", description="Inspect the configuration.")
-    config_sub = config.add_subparsers(dest="config_command", required=True, metavar="ACTION")
+    config_sub = config.add_subparsers(dest="config_command", required=True, metavar="ACTION",
+                                       help="what to do with it")
     config_sub.add_parser("check", help="validate and print the effective config (secrets masked)",
                           description="Validate the configuration (config.yaml, .env, CONCORD_* variables) and "
                                       "print it with secrets masked; exit 2 naming every bad key.").set_defaults(

@@ -129,7 +129,7 @@ def _positive(text: str) -> int:
 def add_store_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Register ``db`` and ``sessions`` subcommands on the top-level parser."""
     db = sub.add_parser("db", help="database schema", description="Manage the database schema.")
-    db_sub = db.add_subparsers(dest="db_command", required=True, metavar="ACTION")
+    db_sub = db.add_subparsers(dest="db_command", required=True, metavar="ACTION", help="what to do with it")
     db_sub.add_parser("upgrade", help="apply Alembic migrations",
                       description="Apply the packaged Alembic migrations (also done at every start-up). "
                                   "Exit 3 when the database cannot be opened or is newer than this Concord."
@@ -138,7 +138,8 @@ def add_store_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore
     sessions = sub.add_parser("sessions", help="inspect stored sessions",
                               description="Inspect, export, search and restore stored sessions. Exit 1 when the "
                                           "session or compaction does not exist, 3 when the database is unusable.")
-    s_sub = sessions.add_subparsers(dest="sessions_command", required=True, metavar="ACTION")
+    s_sub = sessions.add_subparsers(dest="sessions_command", required=True, metavar="ACTION",
+                                  help="what to do with them")
     p = s_sub.add_parser("list", help="list sessions", description="List sessions, most recently active first.")
     p.add_argument("--active", action="store_true", help="only sessions that have not ended")
     p.add_argument("--platform", choices=("discord", "telegram", "console"), help="only this platform's sessions")

@@ -13,12 +13,14 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
+from sqlalchemy import inspect
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.store.database import create_engine, read, write
 from gateway.store.errors import StorageUnavailable
+from gateway.store.models import Base
 
 __all__ = ["HEAD", "MIGRATIONS_DIR", "alembic_config", "current_revision", "downgrade_database", "first_line",
            "upgrade_database"]
@@ -83,10 +85,20 @@ async def upgrade_database(url: str, revision: str = "head") -> None:
             # Usually a revision this copy does not ship: a newer Concord migrated the database.
             raise StorageUnavailable(f"cannot migrate the database {_shown(url)}: {first_line(exc)} (was it "
                                      f"written by a newer Concord? upgrade this one)") from None
-        except DBAPIError as exc:  # a corrupt file, or a table dropped by hand
+        except DBAPIError as exc:  # a corrupt file
             raise StorageUnavailable(f"the database {_shown(url)} is unusable: {first_line(exc)}") from None
+        missing = await _missing_tables(engine) if revision == "head" else []
+        if missing:
+            raise StorageUnavailable(f"the database {_shown(url)} is at the latest schema but lacks the table(s) "
+                                     f"{', '.join(missing)} (dropped by hand? restore a backup)")
     finally:
         await engine.dispose()
+
+
+async def _missing_tables(engine: AsyncEngine) -> list[str]:
+    async with read(engine) as conn:
+        present = set(await conn.run_sync(lambda sync: inspect(sync).get_table_names()))
+    return sorted(set(Base.metadata.tables) - present)
 
 
 def _shown(url: str) -> str:
