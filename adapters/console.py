@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import stat
 import sys
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -25,7 +27,7 @@ from adapters.base import Adapter, ChatRef, Inbound, InboundHandler, parse_comma
 if TYPE_CHECKING:
     from adapters.console_prompt import ConsolePrompt
 
-__all__ = ["ConsoleAdapter", "is_terminal"]
+__all__ = ["ConsoleAdapter", "input_is_empty", "is_terminal"]
 
 log = logging.getLogger(__name__)
 
@@ -252,6 +254,19 @@ def _clean(text: str) -> str:
     while lines and not lines[-1]:
         lines.pop()
     return "\n".join(lines)
+
+
+def input_is_empty(stream: TextIO | None = None) -> bool:
+    """True when the console's input can never hold a message: ``/dev/null`` (what Docker and systemd give a
+    service) or an empty regular file. Pipes and terminals are not judged here, since their data may come later."""
+    try:
+        info = os.fstat((stream or sys.stdin).fileno())
+        null = os.stat(os.devnull)
+    except (AttributeError, OSError, ValueError):
+        return False
+    if stat.S_ISCHR(info.st_mode):
+        return info.st_rdev == null.st_rdev
+    return stat.S_ISREG(info.st_mode) and info.st_size == 0
 
 
 def is_terminal(stdin: TextIO | None = None, stdout: TextIO | None = None) -> bool:

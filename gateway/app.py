@@ -23,7 +23,7 @@ from typing import Any
 from rich.progress import Progress as RichProgress
 
 from adapters.base import Adapter
-from adapters.console import ConsoleAdapter
+from adapters.console import ConsoleAdapter, input_is_empty
 from agent.compression.engine import ContextEngine, resolve_engine_factory
 from agent.llm.base import Provider
 from agent.llm.models import build_provider, build_provider_from_spec, context_length_for, resolve_auxiliary
@@ -269,9 +269,7 @@ class Gateway:
         for adapter in reversed(self._started):
             with contextlib.suppress(Exception):
                 await adapter.stop()
-        await self.rt.provider.aclose()
-        await self.rt.locks.aclose()
-        await self.rt.store.aclose()
+        await _close_runtime(self.rt)
 
 
 async def run_gateway(settings: Settings) -> int:
@@ -284,10 +282,24 @@ async def run_gateway(settings: Settings) -> int:
         if database is not None and settings.redis.url is None:
             ensure_data_dir(database.parent)
             held.enter_context(hold_sqlite_lock(database))
-        return await _serve(Gateway(await build_runtime(settings), build_adapters(settings)))
+        runtime = await build_runtime(settings)
+        adapters = build_adapters(settings)
+        if any(isinstance(a, ConsoleAdapter) for a in adapters) and input_is_empty():
+            # Under Docker or systemd stdin is /dev/null: a clean exit there would only be restarted, silently.
+            await _close_runtime(runtime)
+            print(NO_PLATFORM_HELP, file=sys.stderr)
+            return EXIT_NOT_CONFIGURED
+        return await _serve(Gateway(runtime, adapters))
+
+
+async def _close_runtime(rt: Runtime) -> None:
+    await rt.provider.aclose()
+    await rt.locks.aclose()
+    await rt.store.aclose()
 
 
 async def _serve(gateway: Gateway) -> int:
+    """Run ``gateway`` until a signal or the console's end; exit 2 when the console never got a line."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -309,7 +321,7 @@ async def _serve(gateway: Gateway) -> int:
                 loop.remove_signal_handler(sig)
     if not stop.is_set() and any(isinstance(a, ConsoleAdapter) and not a.interactive and not a.received_input
                                  for a in gateway.adapters):
-        # Nobody is there: under Docker or systemd stdin is empty, and a clean exit would only be restarted.
+        # A pipe that closed without a line (`true | concord run`): nobody is there either.
         print(NO_PLATFORM_HELP, file=sys.stderr)
         return EXIT_NOT_CONFIGURED
     return 0
@@ -330,9 +342,7 @@ async def run_sweep(settings: Settings, dry_run: bool = False, *, show_progress:
             return await sweep(sessions, dry_run=dry_run,
                                progress=lambda done, total: bar.update(task, completed=done, total=total))
     finally:
-        await rt.provider.aclose()
-        await rt.locks.aclose()
-        await rt.store.aclose()
+        await _close_runtime(rt)
 
 
 async def session_status(settings: Settings, store: Store, session_id: str) -> StatusFigures:
