@@ -30,7 +30,8 @@ __all__ = ["build_parser", "main"]
 EXIT_USAGE = 2
 EXIT_UNAVAILABLE = 3
 EXIT_UNHEALTHY = 1
-# What a shell reports for a command killed by SIGPIPE (`concord sessions export ID | head`).
+# What a shell reports for a command stopped by Ctrl-C, or killed by SIGPIPE (`concord sessions export ID | head`).
+EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
 
 
@@ -202,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every ``concord`` subcommand."""
     parser = CliParser(prog="concord", description=__doc__,
                        epilog="Exit codes: 0 ok, 1 aborted / not found / unhealthy, 2 bad input or configuration, "
-                              "3 storage unavailable, 141 output pipe closed.")
+                              "3 storage unavailable, 130 interrupted (Ctrl-C), 141 output pipe closed.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="what to do")
 
     config = sub.add_parser("config", help="inspect the configuration", description="Inspect the configuration.")
@@ -263,6 +264,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return _run_command(args)
+    except KeyboardInterrupt:
+        print("concord: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         # The reader went away (`| head`): say nothing, and keep the interpreter's final flush from complaining.
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -9,9 +9,11 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -312,3 +314,21 @@ def test_closed_stdout_is_quiet(clean_env: Path) -> None:
     assert proc.wait(60) == 141
     assert json.loads(first)["role"] == "user"
     assert err == "", err
+
+
+def test_ctrl_c_during_a_command_is_one_line(clean_env: Path) -> None:
+    # A transcript on a pipe that never ends: the command waits for it until interrupted.
+    proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "tokens", "/dev/stdin"], cwd=clean_env,
+                            env=_env(), stdin=subprocess.PIPE, stderr=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert proc.stdin is not None and proc.stderr is not None
+    proc.stdin.write(GOOD.encode())
+    proc.stdin.flush()
+    wchan = Path(f"/proc/{proc.pid}/wchan")
+    deadline = time.monotonic() + 60
+    while not wchan.read_text().endswith("pipe_read"):  # past start-up, blocked reading the transcript
+        assert time.monotonic() < deadline, wchan.read_text()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(30) == 130
+    assert _one_line(proc.stderr.read().decode()) == "concord: interrupted"
+    proc.stdin.close()
