@@ -2,7 +2,7 @@
 
 Used when no platform token is configured. On a terminal it is a line editor (`adapters.console_prompt`):
 history, editing, pastes kept as one message, Alt+Enter for a new line, Ctrl-C cancelling the answer being
-written (a second Ctrl-C, with nothing running, quits). With piped stdin it reads one message per line,
+written (messages typed meanwhile are still answered; a second Ctrl-C, with nothing running, quits). With piped stdin it reads one message per line,
 which is how tests and scripts drive it; those lines are read by a daemon thread, because a blocked
 ``readline`` must never keep the process alive after shutdown (``asyncio.to_thread`` would: the default
 executor is joined at loop close). ``/quit``, Ctrl-D or end of input closes the chat once every message

@@ -115,3 +115,58 @@ async def test_close_stops_a_lane_whose_item_swallowed_the_cancellation() -> Non
     assert results[0] is None
     assert all(isinstance(r, asyncio.CancelledError) for r in results[1:])
     assert queues.busy == 0
+
+
+@pytest.mark.parametrize("swallows", [True, False])
+async def test_cancel_cuts_off_the_running_item_only(swallows: bool) -> None:
+    # The agent loop swallows a cancellation and ends its turn cleanly; other code lets it propagate.
+    finished: list[str] = []
+    started = asyncio.Event()
+
+    async def process(key: str, item: str) -> None:
+        if item == "slow":
+            started.set()
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                finished.append("slow cut off")
+                if not swallows:
+                    raise
+                return
+        finished.append(item)
+
+    queues: SessionQueues[str, str] = SessionQueues(process)
+    slow = asyncio.create_task(queues.submit("a", "slow"))
+    behind = asyncio.create_task(queues.submit("a", "next"))
+    await asyncio.wait_for(started.wait(), 5)
+    assert not queues.cancel("b")  # idle key
+    assert queues.cancel("a")
+    await asyncio.wait_for(behind, 5)  # the message queued behind still runs
+    if swallows:
+        await slow
+    else:
+        with pytest.raises(asyncio.CancelledError):
+            await slow
+    assert finished == ["slow cut off", "next"]
+    assert queues.busy == 0
+
+
+async def test_shutdown_still_cancels_everything_after_an_interrupt() -> None:
+    started = asyncio.Event()
+    ran: list[str] = []
+
+    async def process(key: str, item: str) -> None:
+        started.set()
+        ran.append(item)
+        await asyncio.sleep(60)
+
+    queues: SessionQueues[str, str] = SessionQueues(process)
+    tasks = [asyncio.create_task(queues.submit("a", item)) for item in ("one", "two")]
+    await asyncio.wait_for(started.wait(), 5)
+    queues.cancel("a")
+    await asyncio.sleep(0.05)  # "two" runs now
+    await asyncio.wait_for(queues.aclose(grace_seconds=0.05), 5)
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert ran == ["one", "two"]
+    assert all(isinstance(r, asyncio.CancelledError) for r in results)
+    assert queues.busy == 0
