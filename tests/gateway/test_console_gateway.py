@@ -39,13 +39,13 @@ async def test_ctrl_c_cancels_the_turn_at_once_and_keeps_the_question(fake_llm: 
             started = loop.time()
             pipe.send_text("\x03")
             while INTERRUPTED_TEXT not in out.getvalue():
-                assert loop.time() - started < 3, out.getvalue()
+                assert loop.time() - started < 10, out.getvalue()  # the model would take 30 s
                 await asyncio.sleep(0.02)
             pipe.send_text("and now?\r")  # the chat goes on
             fake_llm.responder = None
             fake_llm.reply("here is the plan")
             while "here is the plan" not in out.getvalue():
-                assert loop.time() - started < 10, out.getvalue()
+                assert loop.time() - started < 20, out.getvalue()
                 await asyncio.sleep(0.02)
             record = await gateway.rt.store.sessions.get_active("console", "dm:console")
             assert record is not None
