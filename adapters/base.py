@@ -88,6 +88,9 @@ class Inbound:
     command_args: str = ""
     is_admin_hint: bool = False
     received_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    # Where the platform has them (Discord): the server and the sender's roles there, for access control.
+    guild_id: str | None = None
+    role_ids: tuple[str, ...] = ()
 
     @property
     def chat(self) -> ChatRef:

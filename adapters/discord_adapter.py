@@ -252,6 +252,8 @@ class DiscordAdapter(Adapter):
             command_args=args,
             is_admin_hint=self._has_admin_role(user),
             received_at=interaction.created_at,
+            guild_id=str(interaction.guild_id) if interaction.guild_id is not None else None,
+            role_ids=_role_ids(user),
         )
 
     # -- inbound ---------------------------------------------------------------------------------
@@ -302,12 +304,19 @@ class DiscordAdapter(Adapter):
             command_args=command[1] if command else "",
             is_admin_hint=self._has_admin_role(message.author),
             received_at=message.created_at,
+            guild_id=str(message.guild.id) if message.guild is not None else None,
+            role_ids=_role_ids(message.author),
         )
 
     def _has_admin_role(self, author: discord.User | discord.Member) -> bool:
         roles = getattr(author, "roles", None) or []
         names = {name.lower() for name in self.settings.admin_role_names}
         return any(role.id in self.settings.admin_role_ids or role.name.lower() in names for role in roles)
+
+
+def _role_ids(author: discord.User | discord.Member) -> tuple[str, ...]:
+    """The sender's guild roles (none in a DM), without the @everyone role every member has."""
+    return tuple(str(role.id) for role in getattr(author, "roles", None) or () if not role.is_default())
 
 
 def _where(channel: Any) -> tuple[ChatType, str, str | None]:

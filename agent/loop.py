@@ -110,6 +110,7 @@ class AgentLoop:
         switch_session: SessionSwitch | None = None,
         counter: TokenCounter | None = None,
         config: LoopConfig | None = None,
+        temperature: float | None = None,
     ) -> None:
         self.provider = provider
         self.engine = engine
@@ -124,6 +125,7 @@ class AgentLoop:
         self.switch_session = switch_session
         self.counter = counter or get_counter()
         self.config = config or LoopConfig()
+        self.temperature = temperature
         self._anchor: FitAnchor | None = None
         self._skip_noticed = False
 
@@ -247,7 +249,7 @@ class AgentLoop:
             try:
                 completion = await self.provider.complete(
                     sent, system=self.system_prompt, tools=schemas or None, max_tokens=turn.max_tokens,
-                    model=self.model)
+                    model=self.model, temperature=self.temperature)
             except LLMError as error:
                 await self._recover(turn, error)
                 continue

@@ -31,6 +31,7 @@ from agent.memory import FileMemoryProvider, MemoryProvider
 from agent.tokens import get_counter
 from gateway.config import Settings
 from gateway.keys import SessionKey
+from gateway.limit_backends import InProcessLimits, LimitBackend, RedisLimits
 from gateway.locks import InProcessLocks, LockBackend, RedisLocks
 from gateway.metrics import MeteredProvider, Metrics
 from gateway.router import Router
@@ -154,9 +155,14 @@ def _locks(settings: Settings) -> LockBackend:
     return InProcessLocks()
 
 
+def _limits(settings: Settings) -> LimitBackend:
+    url = _secret(settings.redis.url)
+    return RedisLimits.from_url(url) if url else InProcessLimits()
+
+
 async def build_runtime(settings: Settings, *, provider: Provider | None = None, store: Store | None = None,
                         locks: LockBackend | None = None, summary_provider: Provider | None = None,
-                        clock: Callable[[], datetime] = utc_now) -> Runtime:
+                        clock: Callable[[], datetime] = utc_now, limits: LimitBackend | None = None) -> Runtime:
     """Construct the shared dependencies; the store is migrated when this function opens it."""
     provider = provider or main_provider_for(settings)
     summary_provider = summary_provider or summary_provider_for(settings, provider)
@@ -170,6 +176,7 @@ async def build_runtime(settings: Settings, *, provider: Provider | None = None,
         provider=provider, counter=get_counter(settings.llm.encoding),
         new_engine=new_engine, new_memory=_memory_factory(settings),
         model=settings.llm.model, engine_name=settings.context.engine, clock=clock, metrics=metrics,
+        limits=limits or _limits(settings),
     )
 
 
@@ -254,6 +261,7 @@ class Gateway:
                 await adapter.stop()
         await self.rt.provider.aclose()
         await self.rt.locks.aclose()
+        await self.rt.limits.aclose()
         await self.rt.store.aclose()
 
 
@@ -302,6 +310,7 @@ async def run_sweep(settings: Settings, dry_run: bool = False, *, show_progress:
     finally:
         await rt.provider.aclose()
         await rt.locks.aclose()
+        await rt.limits.aclose()
         await rt.store.aclose()
 
 

@@ -17,6 +17,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -40,6 +41,24 @@ def _split_csv(value: Any) -> Any:
 
 
 CsvList = Annotated[list[str], NoDecode]
+_PLATFORMS = ("discord", "telegram", "console")
+
+
+def _platform_ids(entries: list[str], what: str, kind: str) -> list[str]:
+    """Check the ``platform:id`` form shared by admins and the access lists."""
+    for entry in entries:
+        platform, _, ident = entry.partition(":")
+        if platform not in _PLATFORMS or not ident:
+            raise ValueError(f"{what} {entry!r} must look like discord:<{kind} id>, telegram:<{kind} id> "
+                             "or console:<name>")
+    return entries
+
+
+def _snowflake_list(ids: list[str], what: str) -> list[str]:
+    for ident in ids:
+        if not ident.isdigit():
+            raise ValueError(f"{what} {ident!r} must be a numeric Discord id")
+    return ids
 
 
 class LLMSettings(BaseModel):
@@ -55,6 +74,8 @@ class LLMSettings(BaseModel):
     timeout_seconds: float = Field(default=120.0, gt=0)
     encoding: Literal["o200k_base", "cl100k_base"] = "o200k_base"
     max_iterations: int = Field(default=20, ge=1, le=200)
+    # None: the provider's default. Sent with every agent call (summaries keep their own settings).
+    temperature: float | None = Field(default=None, ge=0, le=2)
 
     @property
     def configured(self) -> bool:
@@ -124,16 +145,25 @@ class GatewaySettings(BaseModel):
     group_context_limit: int = Field(default=50, ge=0)
     bot_name: str = "Concord"
 
-    _split_admins = field_validator("admins", mode="before")(_split_csv)
+    # Access control (`gateway.access`): ``platform:id`` entries like ``admins``; an empty allow list allows all.
+    allow_users: CsvList = []
+    deny_users: CsvList = []
+    allow_chats: CsvList = []
+    # Ignored chats: nothing from them is answered or kept.
+    deny_chats: CsvList = []
+    # Group chats where every message is addressed to the bot (no mention needed).
+    free_response_chats: CsvList = []
+    dm_policy: Literal["open", "allowlist", "pairing"] = "open"
+    pairing_code_minutes: int = Field(default=60, ge=1, le=7 * 24 * 60)
 
-    @field_validator("admins")
+    _split_lists = field_validator("admins", "allow_users", "deny_users", "allow_chats", "deny_chats",
+                                   "free_response_chats", mode="before")(_split_csv)
+
+    @field_validator("admins", "allow_users", "deny_users", "allow_chats", "deny_chats", "free_response_chats")
     @classmethod
-    def _admin_format(cls, admins: list[str]) -> list[str]:
-        for entry in admins:
-            platform, _, user = entry.partition(":")
-            if platform not in ("discord", "telegram", "console") or not user:
-                raise ValueError(f"admin {entry!r} must look like discord:<user id>, telegram:<user id> or console:<name>")
-        return admins
+    def _platform_id_format(cls, entries: list[str], info: ValidationInfo) -> list[str]:
+        what = {"admins": "admin", "allow_users": "user", "deny_users": "user"}.get(info.field_name or "", "chat")
+        return _platform_ids(entries, what, "chat" if what == "chat" else "user")
 
     def scope_for(self, platform: str) -> Literal["shared", "per-user"]:
         """The session scope of group chats on ``platform``."""
@@ -197,16 +227,23 @@ class DiscordSettings(BaseModel):
     admin_role_ids: CsvList = []
     admin_role_names: CsvList = []
     slash_commands: bool = False
+    # Access control: only these guilds (servers) are served, and with allow_role_ids only members holding one
+    # of these roles (or listed in gateway.allow_users) may use the bot in a guild. Empty: no restriction.
+    allow_guilds: CsvList = []
+    allow_role_ids: CsvList = []
 
-    _split = field_validator("admin_role_ids", "admin_role_names", mode="before")(_split_csv)
+    _split = field_validator("admin_role_ids", "admin_role_names", "allow_guilds", "allow_role_ids",
+                             mode="before")(_split_csv)
 
     @field_validator("admin_role_ids")
     @classmethod
     def _snowflakes(cls, ids: list[str]) -> list[str]:
-        for role in ids:
-            if not role.isdigit():
-                raise ValueError(f"role id {role!r} must be a numeric Discord id (use admin_role_names for names)")
-        return ids
+        return _snowflake_list(ids, "role id (use admin_role_names for names)")
+
+    @field_validator("allow_guilds", "allow_role_ids")
+    @classmethod
+    def _allow_snowflakes(cls, ids: list[str], info: ValidationInfo) -> list[str]:
+        return _snowflake_list(ids, "guild id" if info.field_name == "allow_guilds" else "role id")
 
 
 class TelegramSettings(BaseModel):
@@ -236,6 +273,22 @@ class MemorySettings(BaseModel):
     model_config = _Section
     enabled: bool = True
     directory: Path | None = None
+
+
+class LimitsSettings(BaseModel):
+    """How fast one user or chat may spend the model (`gateway.limits`); unset or 0 means no limit.
+
+    Kept in Redis when ``redis.url`` is set (shared by every worker), in-process otherwise. Admins are exempt.
+    """
+
+    model_config = _Section
+    user_messages_per_minute: int | None = Field(default=None, ge=0)
+    chat_messages_per_minute: int | None = Field(default=None, ge=0)
+    # Prompt + completion tokens as the provider reports them, per UTC day.
+    user_tokens_per_day: int | None = Field(default=None, ge=0)
+    chat_tokens_per_day: int | None = Field(default=None, ge=0)
+    # Messages of one session waiting behind the running one (admins and the console exempt); more get a notice.
+    session_queue_depth: int = Field(default=20, ge=1, le=1000)
 
 
 class LoggingSettings(BaseModel):
@@ -271,6 +324,7 @@ class Settings(BaseSettings):
     discord: DiscordSettings = DiscordSettings()
     telegram: TelegramSettings = TelegramSettings()
     memory: MemorySettings = MemorySettings()
+    limits: LimitsSettings = LimitsSettings()
     logging: LoggingSettings = LoggingSettings()
 
     @classmethod

@@ -1,12 +1,15 @@
 """The message path (R-G2, R-G4), readable top to bottom:
 
-    inbound ─▶ dedupe ─▶ session key ─▶ per-session FIFO ─▶ turn lock ─▶ load session
+    inbound ─▶ dedupe ─▶ access (ignore / refuse / pairing code) ─▶ session key ─▶ queue depth cap
+            ─▶ per-session FIFO ─▶ turn lock ─▶ load session
             ─▶ unaddressed group message? keep as context, stop
-            ─▶ command? run it                      ┐
-            ─▶ else hygiene (R-G3) ─▶ agent turn    ├─ persist (inside)
-            ─▶ release lock ─▶ send the reply       ┘
+            ─▶ command? run it                                          ┐
+            ─▶ else rate limits / budgets ─▶ hygiene (R-G3) ─▶ agent turn ├─ persist (inside)
+            ─▶ release lock ─▶ send the reply                           ┘
 
-In groups the bot answers only when mentioned, replied to or commanded. Other group messages are kept, tagged
+In groups the bot answers only when mentioned, replied to or commanded (in a free-response chat, always).
+Refusals are quiet in groups and one short line in a DM; a message over a rate limit or budget gets one notice
+saying when it resets, and never reaches the model. Other group messages are kept, tagged
 with the speaker's name, in a bounded per-session buffer (``gateway.group_context_limit`` newest lines) and
 handed to the agent in front of the next message that addresses it; so they enter the stored conversation
 exactly once, with the turn that used them, and an idle channel costs no writes.
@@ -14,19 +17,24 @@ exactly once, with the turn that used them, and an idle channel costs no writes.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
+from datetime import timedelta
 from typing import Any
 
 from adapters.base import Adapter, Inbound
 from agent.events import EventSink, Notice
 from agent.turn import StopReason
+from gateway.access import AccessPolicy, Verdict, user_ref
 from gateway.commands import Command, CommandContext, is_admin, run_command
 from gateway.compaction import run_hygiene
 from gateway.continuity import with_note
 from gateway.keys import SessionKey, session_key
+from gateway.limits import RateLimiter
 from gateway.metrics import fan_out
+from gateway.pairing import Pairing
 from gateway.prompt import speaker_tag
 from gateway.queues import SessionQueues
 from gateway.session import LiveSession, SessionManager
@@ -40,6 +48,10 @@ FAILURE_TEXT = "⚠️ Something went wrong while handling your message. Please 
 EMPTY_ANSWER = "(The model returned an empty answer.)"
 INTERRUPTED_TEXT = "⚠️ I was interrupted (the bot is restarting) before I could answer. Ask me to continue."
 CONTEXT_HEADER = "[Earlier messages in this channel, not addressed to you]"
+REFUSED_DM = "Sorry, this bot is not available to you."
+PAIRING_TEXT = ("This bot answers people an admin approved. Your pairing code is {code}: "
+                "ask an admin to send /approve {code}.")
+QUEUE_FULL = "⏳ {waiting} messages are already waiting here; send this again once they are answered."
 
 
 class GroupContext:
@@ -86,6 +98,13 @@ class Router:
         self._queues: SessionQueues[SessionKey, tuple[Inbound, Adapter]] = SessionQueues(self._process)
         self._seen: OrderedDict[tuple[str, str, str | None, str], None] = OrderedDict()
         self._dedupe_size = dedupe_size
+        rt = sessions.rt
+        self.access = AccessPolicy.from_settings(self.settings)
+        self.limiter = RateLimiter(self.settings.limits, rt.limits, rt.clock)
+        self.pairing = (Pairing(rt.store.chat_settings, timedelta(minutes=self.settings.gateway.pairing_code_minutes),
+                                rt.clock) if self.settings.gateway.dm_policy == "pairing" else None)
+        # Addressed messages waiting per session (``limits.session_queue_depth``); entries leave at zero.
+        self._waiting: Counter[SessionKey] = Counter()
 
     async def handle(self, inbound: Inbound, adapter: Adapter) -> None:
         """Take one inbound message; returns once it has been handled (queued behind its session's earlier ones)."""
@@ -96,8 +115,42 @@ class Router:
         self._seen[ident] = None
         if len(self._seen) > self._dedupe_size:
             self._seen.popitem(last=False)
+        admin = is_admin(inbound.platform, inbound.user_id, self.settings.gateway.admins, inbound.is_admin_hint)
+        if not await self._admitted(inbound, adapter, admin):
+            return
+        if inbound.chat_type != "dm" and not inbound.mentions_bot and self.access.free_response(inbound):
+            inbound = dataclasses.replace(inbound, mentions_bot=True)
         key = session_key(inbound, self.settings.gateway.scope_for(inbound.platform))
-        await self._queues.submit(key, (inbound, adapter))
+        if admin or inbound.platform == "console" or not _addressed_anywhere(inbound):
+            await self._queues.submit(key, (inbound, adapter))
+            return
+        depth = self.settings.limits.session_queue_depth
+        if self._waiting[key] >= depth:
+            await adapter.send(inbound, QUEUE_FULL.format(waiting=self._waiting[key]))
+            return
+        self._waiting[key] += 1
+        try:
+            await self._queues.submit(key, (inbound, adapter))
+        finally:
+            self._waiting[key] -= 1
+            if self._waiting[key] <= 0:
+                del self._waiting[key]
+
+    async def _admitted(self, inbound: Inbound, adapter: Adapter, admin: bool) -> bool:
+        """Apply the access policy: True to go on; otherwise the refusal (if any is due) was sent."""
+        approved = (self.pairing is not None and inbound.chat_type == "dm" and not admin
+                    and await self.pairing.is_approved(user_ref(inbound)))
+        verdict = self.access.decide(inbound, admin=admin, approved=approved)
+        if verdict is Verdict.ALLOW:
+            return True
+        log.info("access: %s from %s in %s:%s (%s)", verdict, user_ref(inbound), inbound.platform, inbound.chat_id,
+                 inbound.chat_type)
+        if inbound.chat_type == "dm":
+            if verdict is Verdict.PAIR and self.pairing is not None:
+                await adapter.send(inbound, PAIRING_TEXT.format(code=await self.pairing.code_for(user_ref(inbound))))
+            elif verdict is Verdict.REFUSE:
+                await adapter.send(inbound, REFUSED_DM)
+        return False
 
     async def aclose(self, grace_seconds: float = 30.0) -> None:
         """Stop taking messages and let queued ones finish (graceful shutdown)."""
@@ -125,11 +178,16 @@ class Router:
         async def notices(notice: Notice) -> None:
             await adapter.send(inbound.chat, notice.text)
 
+        admin = is_admin(inbound.platform, inbound.user_id, self.settings.gateway.admins, inbound.is_admin_hint)
         if command is not None and (command.known or not key.is_group):
-            admin = is_admin(inbound.platform, inbound.user_id, self.settings.gateway.admins, inbound.is_admin_hint)
-            ctx = CommandContext(self.sessions, live, inbound, admin, notices, self.events)
+            ctx = CommandContext(self.sessions, live, inbound, admin, notices, self.events, self.limiter,
+                                 self.pairing)
             reply, _ = await run_command(command, ctx)
             return [reply]
+        if not admin and inbound.platform != "console":
+            refusal = await self.limiter.admit(inbound)
+            if refusal is not None:
+                return [refusal]
         started, failed = time.perf_counter(), True
         try:
             async with adapter.typing(inbound):
@@ -139,6 +197,7 @@ class Router:
             failed = result.stop_reason is StopReason.ERROR
         finally:
             self.metrics.record_turn(time.perf_counter() - started, failed=failed)
+        await self.limiter.record(inbound, sum(u.prompt_tokens + u.completion_tokens for u in result.usage))
         if result.stop_reason is StopReason.ERROR:
             return []  # the loop already sent its error as a notice
         if result.stop_reason is StopReason.CANCELLED:
@@ -163,6 +222,12 @@ class Router:
             return {"role": "user", "content": text}
         return {"role": "user", "content": [{"type": "text", "text": text},
                                             *({"type": "image_url", "image_url": {"url": u}} for u in images)]}
+
+
+def _addressed_anywhere(inbound: Inbound) -> bool:
+    """Whether ``inbound`` asks something of the bot (any command counts: in a DM even an unknown one is
+    answered), before the session is known."""
+    return inbound.chat_type == "dm" or inbound.mentions_bot or inbound.reply_to_bot or inbound.is_command
 
 
 def _addressed(inbound: Inbound, command: Command | None) -> bool:

@@ -179,6 +179,7 @@ class SessionManager:
             memory=memory, max_tokens=rt.settings.llm.max_tokens, model=rt.model or None, counter=rt.counter,
             config=LoopConfig(max_iterations=rt.settings.llm.max_iterations,
                               auto_compress=rt.settings.compression.enabled),
+            temperature=rt.settings.llm.temperature,
         )
         # Registered last (after the loop exists) so it follows the session id through rotations.
         tools.register(recall_tool(rt.store, lambda: loop.session_id))
