@@ -190,7 +190,7 @@ def build_adapters(settings: Settings) -> list[Adapter]:
         d = settings.discord
         adapters.append(DiscordAdapter(DiscordSettings(
             token=discord_token, allow_bots=d.allow_bots, admin_role_ids=tuple(int(i) for i in d.admin_role_ids),
-            admin_role_names=tuple(d.admin_role_names), slash_commands=d.slash_commands)))
+            admin_role_names=tuple(d.admin_role_names), slash_commands=d.slash_commands, streaming=d.streaming)))
     telegram_token = _secret(settings.telegram.token)
     if telegram_token:
         from adapters.telegram_adapter import TelegramAdapter, TelegramSettings
@@ -200,7 +200,7 @@ def build_adapters(settings: Settings) -> list[Adapter]:
             token=telegram_token, api_base_url=t.api_base_url, mode=t.mode, webhook_url=t.webhook_url,
             webhook_listen=t.webhook_listen, webhook_port=t.webhook_port,
             webhook_secret=_secret(t.webhook_secret), check_chat_admins=t.check_chat_admins,
-            parse_mode=t.parse_mode)))
+            parse_mode=t.parse_mode, streaming=t.streaming)))
     if not adapters:
         adapters.append(ConsoleAdapter(bot_name=settings.gateway.bot_name))
     return adapters

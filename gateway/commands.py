@@ -1,7 +1,7 @@
 """Chat commands (R-G5): parsing, permissions and the texts users see.
 
 ``/compress [focus]`` (admin), ``/new``, ``/status``, ``/stats`` (admin), ``/usage``, ``/approve CODE`` (admin),
-``/help``. Commands work the same on every platform;
+``/stop`` (the sender of the running answer, or an admin; handled by the router, outside the queue), ``/help``. Commands work the same on every platform;
 adapters recognise them (``adapters.base.parse_command``, which drops ``/cmd@otherbot``). Texts here are short on purpose: chat is not a log, and a summary never appears in it.
 """
 
@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from adapters.base import Inbound
 from agent.compression.engine import CompressionResult
 from agent.events import EventSink, NoticeSink
+from gateway.busy import RunningTurn
 from gateway.compaction import compress_session, hygiene_check
 from gateway.limits import RateLimiter, format_top_spenders, format_usage
 from gateway.metrics import Metrics
@@ -35,6 +36,7 @@ __all__ = [
     "run_command",
     "stats_command",
     "status_figures",
+    "stop_command",
     "usage_command",
 ]
 
@@ -43,6 +45,7 @@ COMMANDS: dict[str, str] = {
     "new": "/new — start a fresh session (the old one stays searchable)",
     "status": "/status — context usage, thresholds and compression history",
     "stats": "/stats — gateway-wide counters since start: turns, latency, tokens, compressions",
+    "stop": "/stop — stop the answer being written (yours; admins can stop any)",
     "usage": "/usage — your token use today and the limits that apply to you",
     "approve": "/approve CODE — let the sender of a DM pairing code use the bot",
     "help": "/help — this list",
@@ -238,6 +241,21 @@ async def run_command(command: Command, ctx: CommandContext) -> tuple[str, LiveS
     if command.name == "help":
         return format_help(ctx.admin), ctx.live
     return f"Unknown command /{command.name}. Try /help.", ctx.live
+
+
+NOTHING_TO_STOP = "Nothing is running here to stop."
+NOT_YOURS = "Only {name}, who asked, or an admin can stop this answer."
+
+
+def stop_command(running: RunningTurn | None, inbound: Inbound, admin: bool) -> str | None:
+    """/stop: cancel the session's running turn (its sender's or an admin's); None when it was stopped (the
+    turn itself then says so, under what it had written)."""
+    if running is None or running.stopped is not None:
+        return NOTHING_TO_STOP
+    if running.user_id != inbound.user_id and not admin:
+        return NOT_YOURS.format(name=running.user_name)
+    running.stop("stop")
+    return None
 
 
 async def stats_command(ctx: CommandContext) -> str:

@@ -155,6 +155,10 @@ class GatewaySettings(BaseModel):
     free_response_chats: CsvList = []
     dm_policy: Literal["open", "allowlist", "pairing"] = "open"
     pairing_code_minutes: int = Field(default=60, ge=1, le=7 * 24 * 60)
+    # A message arriving while its session's turn runs: queue (answered after), interrupt (the sender's new
+    # message cancels their running turn), collect (a sender's messages within the window become one turn).
+    busy_mode: Literal["queue", "interrupt", "collect"] = "queue"
+    collect_window_seconds: float = Field(default=2.0, gt=0, le=60)
 
     _split_lists = field_validator("admins", "allow_users", "deny_users", "allow_chats", "deny_chats",
                                    "free_response_chats", mode="before")(_split_csv)
@@ -231,6 +235,8 @@ class DiscordSettings(BaseModel):
     # of these roles (or listed in gateway.allow_users) may use the bot in a guild. Empty: no restriction.
     allow_guilds: CsvList = []
     allow_role_ids: CsvList = []
+    # Answers grow in one edited message (false: one message when the answer is complete).
+    streaming: bool = True
 
     _split = field_validator("admin_role_ids", "admin_role_names", "allow_guilds", "allow_role_ids",
                              mode="before")(_split_csv)
@@ -259,6 +265,8 @@ class TelegramSettings(BaseModel):
     webhook_secret: SecretStr | None = None
     check_chat_admins: bool = False
     parse_mode: Literal["html", "plain"] = "html"
+    # Answers grow in one edited message (false: one message when the answer is complete).
+    streaming: bool = True
 
     @model_validator(mode="after")
     def _webhook_needs_url(self) -> TelegramSettings:

@@ -26,9 +26,10 @@ from typing import Any
 
 from adapters.base import Adapter, Inbound
 from agent.events import EventSink, Notice
-from agent.turn import StopReason
+from agent.turn import StopReason, TurnResult
 from gateway.access import AccessPolicy, Verdict, user_ref
-from gateway.commands import Command, CommandContext, is_admin, run_command
+from gateway.busy import Batch, RunningTurn, RunningTurns
+from gateway.commands import Command, CommandContext, is_admin, run_command, stop_command
 from gateway.compaction import run_hygiene
 from gateway.continuity import with_note
 from gateway.keys import SessionKey, session_key
@@ -52,6 +53,8 @@ REFUSED_DM = "Sorry, this bot is not available to you."
 PAIRING_TEXT = ("This bot answers people an admin approved. Your pairing code is {code}: "
                 "ask an admin to send /approve {code}.")
 QUEUE_FULL = "⏳ {waiting} messages are already waiting here; send this again once they are answered."
+STOPPED_TEXT = "⏹️ Stopped."
+INTERRUPTED_BY_NEW_TEXT = "⏹️ Interrupted by a newer message."
 
 
 class GroupContext:
@@ -95,7 +98,7 @@ class Router:
         # The runtime's metrics always listen; a sink given here hears every event too.
         self.events: EventSink = self.metrics if events is None else fan_out(self.metrics, events)
         self.context = GroupContext(self.settings.gateway.group_context_limit)
-        self._queues: SessionQueues[SessionKey, tuple[Inbound, Adapter]] = SessionQueues(self._process)
+        self._queues: SessionQueues[SessionKey, tuple[Inbound | Batch, Adapter]] = SessionQueues(self._process)
         self._seen: OrderedDict[tuple[str, str, str | None, str], None] = OrderedDict()
         self._dedupe_size = dedupe_size
         rt = sessions.rt
@@ -105,6 +108,8 @@ class Router:
                                 rt.clock) if self.settings.gateway.dm_policy == "pairing" else None)
         # Addressed messages waiting per session (``limits.session_queue_depth``); entries leave at zero.
         self._waiting: Counter[SessionKey] = Counter()
+        self.running = RunningTurns()
+        self._batches: dict[tuple[SessionKey, str], Batch] = {}
 
     async def handle(self, inbound: Inbound, adapter: Adapter) -> None:
         """Take one inbound message; returns once it has been handled (queued behind its session's earlier ones)."""
@@ -121,16 +126,55 @@ class Router:
         if inbound.chat_type != "dm" and not inbound.mentions_bot and self.access.free_response(inbound):
             inbound = dataclasses.replace(inbound, mentions_bot=True)
         key = session_key(inbound, self.settings.gateway.scope_for(inbound.platform))
-        if admin or inbound.platform == "console" or not _addressed_anywhere(inbound):
+        command = Command.of(inbound)
+        if command is not None and command.name == "stop":
+            # Never queued: it acts on the turn the queue is busy with.
+            reply = stop_command(self.running.get(key), inbound, admin)
+            if reply:
+                await adapter.send(inbound, reply)
+            return
+        if not _addressed_anywhere(inbound):
             await self._queues.submit(key, (inbound, adapter))
             return
-        depth = self.settings.limits.session_queue_depth
-        if self._waiting[key] >= depth:
+        mode = self.settings.gateway.busy_mode
+        if mode == "interrupt" and command is None:
+            running = self.running.get(key)
+            if running is not None and running.user_id == inbound.user_id:
+                running.stop("interrupt")
+        if mode == "collect" and command is None:
+            await self._collect(key, inbound, adapter, admin)
+            return
+        await self._submit(key, inbound, adapter, admin)
+
+    async def _collect(self, key: SessionKey, inbound: Inbound, adapter: Adapter, admin: bool) -> None:
+        """``collect``: join the sender's batch still waiting in this session, or start one."""
+        slot = (key, inbound.user_id)
+        batch = self._batches.get(slot)
+        if batch is not None and not batch.started:
+            batch.add(inbound)
+            await batch.finished.wait()
+            return
+        batch = self._batches[slot] = Batch(inbound)
+        try:
+            await self._submit(key, batch, adapter, admin)
+        finally:
+            batch.finished.set()
+            if self._batches.get(slot) is batch:
+                del self._batches[slot]
+
+    async def _submit(self, key: SessionKey, item: Inbound | Batch, adapter: Adapter, admin: bool) -> None:
+        """Queue an addressed message, unless ``limits.session_queue_depth`` are waiting already (admins and the
+        console are exempt): then the sender is told, and nothing is queued."""
+        if admin or key.platform == "console":
+            await self._queues.submit(key, (item, adapter))
+            return
+        if self._waiting[key] >= self.settings.limits.session_queue_depth:
+            inbound = item.first if isinstance(item, Batch) else item
             await adapter.send(inbound, QUEUE_FULL.format(waiting=self._waiting[key]))
             return
         self._waiting[key] += 1
         try:
-            await self._queues.submit(key, (inbound, adapter))
+            await self._queues.submit(key, (item, adapter))
         finally:
             self._waiting[key] -= 1
             if self._waiting[key] <= 0:
@@ -156,8 +200,10 @@ class Router:
         """Stop taking messages and let queued ones finish (graceful shutdown)."""
         await self._queues.aclose(grace_seconds)
 
-    async def _process(self, key: SessionKey, item: tuple[Inbound, Adapter]) -> None:
-        inbound, adapter = item
+    async def _process(self, key: SessionKey, item: tuple[Inbound | Batch, Adapter]) -> None:
+        queued, adapter = item
+        inbound = await queued.take(self.settings.gateway.collect_window_seconds) if isinstance(queued, Batch) \
+            else queued
         self.metrics.record_message()
         try:
             async with self.sessions.rt.locks.session_turn(str(key)):
@@ -188,21 +234,24 @@ class Router:
             refusal = await self.limiter.admit(inbound)
             if refusal is not None:
                 return [refusal]
-        started, failed = time.perf_counter(), True
-        try:
-            async with adapter.typing(inbound):
-                await run_hygiene(self.sessions, live, notices=notices, events=self.events)
-                result = await agent_turn(self.sessions, live, self._user_message(key, live, inbound),
-                                          notices=notices, events=self.events)
-            failed = result.stop_reason is StopReason.ERROR
-        finally:
-            self.metrics.record_turn(time.perf_counter() - started, failed=failed)
+        stream = adapter.live_reply(inbound)
+        with self.running.track(key, inbound) as running:
+            started, failed = time.perf_counter(), True
+            try:
+                async with adapter.typing(inbound):
+                    await run_hygiene(self.sessions, live, notices=notices, events=self.events)
+                    result = await agent_turn(self.sessions, live, self._user_message(key, live, inbound),
+                                              notices=notices, events=self.events, stream=stream,
+                                              on_start=running.attach)
+                failed = result.stop_reason is StopReason.ERROR
+            finally:
+                self.metrics.record_turn(time.perf_counter() - started, failed=failed)
         await self.limiter.record(inbound, sum(u.prompt_tokens + u.completion_tokens for u in result.usage))
-        if result.stop_reason is StopReason.ERROR:
-            return []  # the loop already sent its error as a notice
-        if result.stop_reason is StopReason.CANCELLED:
-            return [INTERRUPTED_TEXT]  # shutdown cut the turn off; what it did so far is stored
-        return [result.text or EMPTY_ANSWER]
+        answer = _answer_text(result, running)
+        if answer is None or stream is None:
+            return [answer] if answer else []
+        await stream.finish(answer)  # the live reply becomes the exact final text
+        return []
 
     def _user_message(self, key: SessionKey, live: LiveSession, inbound: Inbound) -> dict[str, Any]:
         text = inbound.text
@@ -222,6 +271,18 @@ class Router:
             return {"role": "user", "content": text}
         return {"role": "user", "content": [{"type": "text", "text": text},
                                             *({"type": "image_url", "image_url": {"url": u}} for u in images)]}
+
+
+def _answer_text(result: TurnResult, running: RunningTurn) -> str | None:
+    """What the chat is shown when a turn ends (None: nothing more, the loop already sent its error)."""
+    if result.stop_reason is StopReason.ERROR:
+        return None
+    if result.stop_reason is not StopReason.CANCELLED:
+        return result.text or EMPTY_ANSWER
+    # Cut off: keep what was streamed, saying why it stops there.
+    why = {"stop": STOPPED_TEXT, "interrupt": INTERRUPTED_BY_NEW_TEXT}.get(
+        running.stopped or "", INTERRUPTED_TEXT)  # no cause of ours: shutdown
+    return f"{result.text}\n\n{why}" if result.text else why
 
 
 def _addressed_anywhere(inbound: Inbound) -> bool:
