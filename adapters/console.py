@@ -55,6 +55,8 @@ class ConsoleAdapter(Adapter):
         self._pump: asyncio.Task[None] | None = None
         self._closed = asyncio.Event()
         self._counter = 0
+        # A streamed answer is being printed on the current line (the thinking marker must not erase it).
+        self._line_open = False
 
     @property
     def chat(self) -> ChatRef:
@@ -96,7 +98,8 @@ class ConsoleAdapter(Adapter):
         try:
             yield
         finally:
-            self._write(" " * 12 + "\r")
+            if not self._line_open:
+                self._write(" " * 12 + "\r")
 
     def live_reply(self, target: Inbound) -> LiveReply | None:
         """On an interactive terminal the answer is printed as it arrives; piped output gets whole answers."""
@@ -165,6 +168,7 @@ class _TerminalReply(LiveReply):
     def _show(self, text: str) -> None:
         write = self._console._write
         if self._printed is None:
+            self._console._line_open = True
             write(f"{self._console.bot_name}> {text}")
         elif text.startswith(self._printed):
             write(text[len(self._printed):])
@@ -182,5 +186,6 @@ class _TerminalReply(LiveReply):
 
     async def finish(self, text: str) -> None:
         self._show(text)
+        self._console._line_open = False
         self._console._write("\n")
         self._console._prompt()

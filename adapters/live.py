@@ -134,7 +134,8 @@ class EditedReply(LiveReply):
                 self._throttle.edited(chat, limited.retry_after)
                 continue
             except Exception as exc:
-                log.warning("live reply: update failed (%s); the final text will be sent anew", type(exc).__name__)
+                log.warning("live reply: update failed (%s: %s); the final text will be sent anew", type(exc).__name__,
+                            exc)
                 self._broken = True
                 return
             self._throttle.edited(chat)

@@ -303,11 +303,12 @@ class FakeDiscord:
             return self._json(request, {"message": "Invalid Form Body", "code": 50035}, status=400)
         reference = body.get("message_reference") or {}
         self._next_id += 1
+        message_id = self._next_id
         self.sent_messages.append(SentMessage(
-            self._next_id, channel_id, content, int(reference["message_id"]) if reference else None,
+            message_id, channel_id, content, int(reference["message_id"]) if reference else None,
             body.get("allowed_mentions"), time.monotonic()))
         message = self.make_message(content, channel_id=channel_id)
-        message.update({"id": str(self._next_id), "author": _user(BOT_ID, "testbot", bot=True), "mentions": []})
+        message.update({"id": str(message_id), "author": _user(BOT_ID, "testbot", bot=True), "mentions": []})
         return self._json(request, message)
 
     async def _edit_message(self, request: web.Request) -> web.Response:
