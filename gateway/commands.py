@@ -1,7 +1,8 @@
 """Chat commands (R-G5): parsing, permissions and the texts users see.
 
 ``/compress [focus]`` (admin), ``/new``, ``/status``, ``/stats`` (admin), ``/usage``, ``/approve CODE`` (admin),
-``/stop`` (the sender of the running answer, or an admin; handled by the router, outside the queue), ``/help``. Commands work the same on every platform;
+``/stop`` (the sender of the running answer, or an admin; handled by the router, outside the queue),
+``/persona [TEXT | reset]`` (admin), ``/help``. Commands work the same on every platform;
 adapters recognise them (``adapters.base.parse_command``, which drops ``/cmd@otherbot``). Texts here are short on purpose: chat is not a log, and a summary never appears in it.
 """
 
@@ -33,6 +34,7 @@ __all__ = [
     "format_status",
     "is_admin",
     "is_operator",
+    "persona_command",
     "run_command",
     "stats_command",
     "status_figures",
@@ -48,11 +50,12 @@ COMMANDS: dict[str, str] = {
     "stop": "/stop — stop the answer being written (yours; admins can stop any)",
     "usage": "/usage — your token use today and the limits that apply to you",
     "approve": "/approve CODE — let the sender of a DM pairing code use the bot",
+    "persona": "/persona [TEXT | reset] — show or set who the bot is in this chat",
     "help": "/help — this list",
 }
-ADMIN_COMMANDS = frozenset({"compress", "stats", "approve"})
+ADMIN_COMMANDS = frozenset({"compress", "stats", "approve", "persona"})
 # /new resets a conversation everyone in a group shares, so there it is an admin command too.
-GROUP_ADMIN_COMMANDS = frozenset({"compress", "new", "stats", "approve"})
+GROUP_ADMIN_COMMANDS = frozenset({"compress", "new", "stats", "approve", "persona"})
 
 NOTHING_TO_COMPRESS = "Nothing to compress: everything is already in the protected head and tail."
 REFUSAL = "Sorry, /{name} is for admins only."
@@ -238,6 +241,8 @@ async def run_command(command: Command, ctx: CommandContext) -> tuple[str, LiveS
         return await usage_command(ctx), ctx.live
     if command.name == "approve":
         return await approve_command(ctx, command.args), ctx.live
+    if command.name == "persona":
+        return await persona_command(ctx, command.args), ctx.live
     if command.name == "help":
         return format_help(ctx.admin), ctx.live
     return f"Unknown command /{command.name}. Try /help.", ctx.live
@@ -287,6 +292,25 @@ async def approve_command(ctx: CommandContext, code: str) -> str:
     if user is None:
         return APPROVE_UNKNOWN.format(code=code.strip())
     return f"Approved {user}: they can use the bot now."
+
+
+PERSONA_MAX_CHARS = 4000
+
+
+async def persona_command(ctx: CommandContext, args: str) -> str:
+    """/persona (admins): show this chat's persona, set it (``/persona TEXT``) or drop it (``/persona reset``)."""
+    text = args.strip()
+    if not text:
+        own = ctx.live.persona
+        return f"This chat's persona: {own}" if own else "This chat uses the configured persona. " \
+            "Set one with /persona TEXT."
+    if text.lower() == "reset":
+        await ctx.sessions.set_persona(ctx.live, None)
+        return "Persona reset: this chat uses the configured one again."
+    if len(text) > PERSONA_MAX_CHARS:
+        return f"That persona is {len(text):,} characters; keep it under {PERSONA_MAX_CHARS:,}."
+    await ctx.sessions.set_persona(ctx.live, text)
+    return "Persona set for this chat; it applies from the next answer."
 
 
 async def _compress(ctx: CommandContext, focus: str | None) -> str:

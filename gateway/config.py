@@ -7,6 +7,7 @@ defaults. Secrets are `SecretStr`: they print as ``**********`` and are never ec
 from __future__ import annotations
 
 import os
+import string
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -130,6 +131,33 @@ class PromptCachingSettings(BaseModel):
     cache_ttl: Literal["5m", "1h"] = "5m"
 
 
+PERSONA_FIELDS = frozenset({"bot_name", "platform"})
+
+
+def read_persona(value: str) -> str:
+    """``value`` itself, or the text of the file ``@path`` names."""
+    if not value.startswith("@"):
+        return value
+    path = Path(value[1:]).expanduser()
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read the persona file {path} ({type(exc).__name__})") from None
+
+
+def check_persona_template(text: str) -> str:
+    """Raise ValueError unless ``text`` uses only the {bot_name} / {platform} placeholders."""
+    try:
+        fields = {name for _, name, _, _ in string.Formatter().parse(text) if name is not None}
+    except ValueError as exc:
+        raise ValueError(f"persona text has a stray brace ({exc}); write {{{{ and }}}} for literal braces") from None
+    unknown = fields - PERSONA_FIELDS
+    if unknown:
+        raise ValueError(f"unknown placeholder {{{sorted(unknown)[0]}}}: only {{bot_name}} and {{platform}} are "
+                         "filled in (write {{ and }} for literal braces)")
+    return text
+
+
 class GatewaySettings(BaseModel):
     """Session handling in front of the agent (R-G2…R-G6)."""
 
@@ -144,6 +172,9 @@ class GatewaySettings(BaseModel):
     session_scope_by_platform: dict[Literal["discord", "telegram", "console"], Literal["shared", "per-user"]] = {}
     group_context_limit: int = Field(default=50, ge=0)
     bot_name: str = "Concord"
+    # The persona: text, or @path to a file holding it; {bot_name} and {platform} are filled in. Unset: the
+    # built-in one. Admins can override it per chat with /persona.
+    system_prompt: str | None = None
 
     # Access control (`gateway.access`): ``platform:id`` entries like ``admins``; an empty allow list allows all.
     allow_users: CsvList = []
@@ -168,6 +199,18 @@ class GatewaySettings(BaseModel):
     def _platform_id_format(cls, entries: list[str], info: ValidationInfo) -> list[str]:
         what = {"admins": "admin", "allow_users": "user", "deny_users": "user"}.get(info.field_name or "", "chat")
         return _platform_ids(entries, what, "chat" if what == "chat" else "user")
+
+    @field_validator("system_prompt")
+    @classmethod
+    def _persona_template(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        check_persona_template(read_persona(value))
+        return value
+
+    def persona_template(self) -> str | None:
+        """The configured persona text (read from the file for ``@path``), or None for the built-in one."""
+        return read_persona(self.system_prompt) if self.system_prompt else None
 
     def scope_for(self, platform: str) -> Literal["shared", "per-user"]:
         """The session scope of group chats on ``platform``."""
