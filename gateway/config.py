@@ -170,6 +170,9 @@ class GatewaySettings(BaseModel):
     session_scope: Literal["shared", "per-user"] = "shared"
     # Per-platform overrides, e.g. {"telegram": "per-user"}; platforms not listed use session_scope.
     session_scope_by_platform: dict[Literal["discord", "telegram", "console"], Literal["shared", "per-user"]] = {}
+    # observe: every visible group line is stored in its session (batched); addressed: unaddressed lines are
+    # only kept in memory (group_context_limit of them) and handed to the next question.
+    group_history: Literal["addressed", "observe"] = "observe"
     group_context_limit: int = Field(default=50, ge=0)
     bot_name: str = "Concord"
     # The persona: text, or @path to a file holding it; {bot_name} and {platform} are filled in. Unset: the

@@ -1,18 +1,20 @@
 """The message path (R-G2, R-G4), readable top to bottom:
 
-    inbound ─▶ dedupe ─▶ access (ignore / refuse / pairing code) ─▶ session key ─▶ queue depth cap
-            ─▶ per-session FIFO ─▶ turn lock ─▶ load session
-            ─▶ unaddressed group message? keep as context, stop
-            ─▶ command? run it                                          ┐
-            ─▶ else rate limits / budgets ─▶ hygiene (R-G3) ─▶ agent turn ├─ persist (inside)
-            ─▶ release lock ─▶ send the reply                           ┘
+    inbound ─▶ dedupe ─▶ access (ignore / refuse / pairing code) ─▶ session key
+            ─▶ /stop? cancel the running turn, stop
+            ─▶ unaddressed group line? observe: batch it into the session (gateway.observe), stop
+            ─▶ busy mode (interrupt the sender's turn / collect a burst) ─▶ queue depth cap
+            ─▶ per-session FIFO ─▶ turn lock ─▶ load session (+ the group's pending lines)
+            ─▶ command? run it                                            ┐
+            ─▶ else rate limits / budgets ─▶ hygiene (R-G3) ─▶ agent turn  ├─ persist (inside)
+            ─▶ release lock ─▶ send the reply (or finish the live one)    ┘
 
 In groups the bot answers only when mentioned, replied to or commanded (in a free-response chat, always).
 Refusals are quiet in groups and one short line in a DM; a message over a rate limit or budget gets one notice
-saying when it resets, and never reaches the model. Other group messages are kept, tagged
-with the speaker's name, in a bounded per-session buffer (``gateway.group_context_limit`` newest lines) and
-handed to the agent in front of the next message that addresses it; so they enter the stored conversation
-exactly once, with the turn that used them, and an idle channel costs no writes.
+saying when it resets, and never reaches the model. Other group lines are stored in the session as they come
+(``gateway.group_history: observe``), or, in ``addressed`` mode, kept tagged with the speaker's name in a
+bounded per-session buffer (``gateway.group_context_limit`` newest lines) and handed to the agent in front of
+the next message that addresses it.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from gateway.continuity import with_note
 from gateway.keys import SessionKey, session_key
 from gateway.limits import RateLimiter
 from gateway.metrics import fan_out
+from gateway.observe import GroupObserver
 from gateway.pairing import Pairing
 from gateway.prompt import speaker_tag
 from gateway.queues import SessionQueues
@@ -109,6 +112,8 @@ class Router:
         # Addressed messages waiting per session (``limits.session_queue_depth``); entries leave at zero.
         self._waiting: Counter[SessionKey] = Counter()
         self.running = RunningTurns()
+        self.observing = self.settings.gateway.group_history == "observe"
+        self.observer = GroupObserver(sessions)
         self._batches: dict[tuple[SessionKey, str], Batch] = {}
 
     async def handle(self, inbound: Inbound, adapter: Adapter) -> None:
@@ -134,7 +139,10 @@ class Router:
                 await adapter.send(inbound, reply)
             return
         if not _addressed_anywhere(inbound):
-            await self._queues.submit(key, (inbound, adapter))
+            if self.observing and key.is_group:
+                self.observer.add(key, _observed_line(inbound), inbound.user_id)  # batched, no lock per line
+            else:
+                await self._queues.submit(key, (inbound, adapter))
             return
         mode = self.settings.gateway.busy_mode
         if mode == "interrupt" and command is None:
@@ -197,8 +205,9 @@ class Router:
         return False
 
     async def aclose(self, grace_seconds: float = 30.0) -> None:
-        """Stop taking messages and let queued ones finish (graceful shutdown)."""
+        """Stop taking messages and let queued ones finish (graceful shutdown); store every observed line."""
         await self._queues.aclose(grace_seconds)
+        await self.observer.aclose()
 
     async def _process(self, key: SessionKey, item: tuple[Inbound | Batch, Adapter]) -> None:
         queued, adapter = item
@@ -217,9 +226,14 @@ class Router:
     async def _chain(self, key: SessionKey, inbound: Inbound, adapter: Adapter) -> list[str]:
         command = Command.of(inbound)
         if key.is_group and not _addressed(inbound, command):
-            self.context.add(key, speaker_tag(inbound.user_name, inbound.text))
+            if self.observing:
+                self.observer.add(key, _observed_line(inbound), inbound.user_id)
+            else:
+                self.context.add(key, speaker_tag(inbound.user_name, inbound.text))
             return []
         live = await self.sessions.open(key, inbound.user_id)
+        if self.observing and key.is_group:
+            await self.observer.flush_locked(key, live)  # what the group said comes before the question
 
         async def notices(notice: Notice) -> None:
             await adapter.send(inbound.chat, notice.text)
@@ -271,6 +285,12 @@ class Router:
             return {"role": "user", "content": text}
         return {"role": "user", "content": [{"type": "text", "text": text},
                                             *({"type": "image_url", "image_url": {"url": u}} for u in images)]}
+
+
+def _observed_line(inbound: Inbound) -> str:
+    """An unaddressed group message as stored: the speaker's tag, the text, and any attachment named."""
+    notes = [f"[Attached {a.kind}: {a.name}]" for a in inbound.attachments]
+    return speaker_tag(inbound.user_name, "\n".join(part for part in (inbound.text, *notes) if part))
 
 
 def _answer_text(result: TurnResult, running: RunningTurn) -> str | None:

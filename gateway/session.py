@@ -185,6 +185,8 @@ class SessionManager:
                      messages: list[dict[str, Any]]) -> LiveSession:
         rt = self.rt
         engine = rt.new_engine()
+        if key.is_group:
+            engine.summary_template = "group"
         restore_engine_state(engine, record.engine)
         memory = rt.new_memory(key, None if key.is_group and not _per_user(key) else user_id)
         await memory.start_session(record.id)
