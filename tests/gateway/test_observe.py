@@ -94,3 +94,28 @@ async def test_a_night_of_chatter_is_compacted_before_the_next_mention(gateway_f
     # The decision line itself was compacted out of view, and is found word for word (what search_history does).
     [hit] = await gateway.rt.store.search("ship v2 Friday final", session_id=record.id)
     assert hit.archived and "ship v2 on Friday, final" in hit.snippet
+
+
+async def test_a_failed_write_keeps_the_batch_and_retries_it(gateway_factory: GatewayFactory,
+                                                             caplog: Any) -> None:
+    gateway, adapter = await gateway_factory()
+    observer = gateway.router.observer
+    observer.flush_seconds = 0.1
+    store = gateway.rt.store.messages
+    real_append, failures = store.append, [1]
+
+    async def flaky_append(*args: Any, **kwargs: Any) -> int:
+        if failures:
+            failures.pop()
+            raise OSError("disk unavailable")
+        return await real_append(*args, **kwargs)
+
+    store.append = flaky_append  # type: ignore[method-assign]
+    for i in range(5):
+        await adapter.say(f"line {i}", user_name="Bob", **GROUP)
+    await _until(lambda: observer.batches_written == 1, within_s=5)
+    record = await gateway.rt.store.sessions.get_active("discord", "group:g1")
+    assert record is not None and record.message_count == 5
+    rows = await gateway.rt.store.messages.export(record.id)
+    assert [r.message["content"] for r in rows] == [f"[Bob] line {i}" for i in range(5)]
+    assert "could not store 5 observed lines (OSError)" in caplog.text
