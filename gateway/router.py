@@ -178,6 +178,8 @@ class Router:
             return
         if self._waiting[key] >= self.settings.limits.session_queue_depth:
             inbound = item.first if isinstance(item, Batch) else item
+            if isinstance(item, Batch):
+                item.started = True  # refused: a message sent meanwhile starts a batch of its own
             await adapter.send(inbound, QUEUE_FULL.format(waiting=self._waiting[key]))
             return
         self._waiting[key] += 1

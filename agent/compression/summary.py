@@ -195,7 +195,8 @@ def build_summary_prompt(
                  "Write a structured summary of the group chat below so that an assistant taking part in it can "
                  "answer questions about what the group said and decided without the lines themselves.",
                  "Rules:", *_GROUP_RULES, f"- Target length: about {budget:,} tokens."]
-        return _with_previous_and_focus(lines, previous_summary, focus_topic, auto_focus, template, middle_text)
+        return _with_previous_and_focus(lines, previous_summary, focus_topic, auto_focus, template, middle_text,
+                                        update=_GROUP_UPDATE)
     lines = [
         f"Today's date is {day}.",
         "Write a structured handoff summary of the conversation turns below so that another assistant can "
@@ -212,14 +213,20 @@ def build_summary_prompt(
     return _with_previous_and_focus(lines, previous_summary, focus_topic, auto_focus, template, middle_text)
 
 
+_TASK_UPDATE = ("A PREVIOUS SUMMARY exists. UPDATE it with the new turns rather than starting over: move finished "
+                "in-progress items to Completed Actions, answered questions to Resolved Questions, keep what is still "
+                "valid, and drop what is stale.")
+_GROUP_UPDATE = ("A PREVIOUS SUMMARY exists. UPDATE it with the new lines rather than starting over: add new people, "
+                 "topics and decisions, move answered questions out of Open Questions, and keep every decision and "
+                 "per-person fact that still holds.")
+
+
 def _with_previous_and_focus(lines: list[str], previous_summary: str | None, focus_topic: str | None,
-                             auto_focus: bool, template: str, middle_text: str) -> str:
+                             auto_focus: bool, template: str, middle_text: str, *, update: str = _TASK_UPDATE) -> str:
     if previous_summary:
         lines += [
             "",
-            "A PREVIOUS SUMMARY exists. UPDATE it with the new turns rather than starting over: move finished "
-            "in-progress items to Completed Actions, answered questions to Resolved Questions, keep what is still "
-            "valid, and drop what is stale.",
+            update,
             "",
             "PREVIOUS SUMMARY:",
             redact_secrets(previous_summary),
