@@ -35,8 +35,9 @@ async def test_discord_edits_one_message_throttled_and_ends_with_the_exact_text(
     assert message.channel_id == CHANNEL_ID and message.reference_id is not None
     edits = [e for e in platforms.discord.edits if e.message_id == message.message_id]
     assert 2 <= len(edits) <= 6  # grew visibly, but not once per token
-    # Every live edit waited its turn (the final one goes out as soon as the answer is complete).
-    assert all(gap >= 0.9 for gap in _gaps([message.at] + [e.at for e in edits[:-1]]))
+    # Every live edit waited its turn, about a second (the final one goes out as soon as the answer is complete;
+    # the margin is network jitter on a loaded machine, far from the 25 ms a per-token edit would show).
+    assert all(gap >= 0.7 for gap in _gaps([message.at] + [e.at for e in edits[:-1]]))
     assert all(STORY.startswith(e.content) for e in edits)
     assert edits[-1].content == STORY
 
@@ -53,7 +54,7 @@ async def test_telegram_final_text_is_rendered_html_after_plain_live_edits(make_
     assert message.visible_text.startswith("Here is the plan:")
     live = [e for e in platforms.telegram.edits if not e.get("parse_mode")]
     assert live and all(answer.startswith(str(e["text"])) for e in live)  # plain text while growing
-    assert all(gap >= 0.9 for gap in _gaps([e["at"] for e in live]))
+    assert all(gap >= 0.7 for gap in _gaps([e["at"] for e in live]))
 
 
 async def test_a_long_answer_ends_split_with_nothing_sent_twice(make_platforms: PlatformsFactory) -> None:
