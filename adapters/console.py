@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from adapters.base import Adapter, ChatRef, Inbound, InboundHandler, parse_command
+from adapters.base import Adapter, ChatRef, Inbound, InboundHandler, LiveReply, parse_command
 
 if TYPE_CHECKING:
     from adapters.console_prompt import ConsolePrompt
@@ -79,6 +79,8 @@ class ConsoleAdapter(Adapter):
         self._counter = 0
         self._lines_read = 0
         self._in_flight: dict[str, Inbound] = {}
+        # The line of a streamed answer still being written: shown under the prompt until it is complete.
+        self._live_line = ""
 
     @property
     def chat(self) -> ChatRef:
@@ -129,6 +131,10 @@ class ConsoleAdapter(Adapter):
         """Nothing to do: on a terminal the prompt's status line says "thinking" while answers run."""
         yield
 
+    def live_reply(self, target: Inbound) -> LiveReply | None:
+        """On a terminal the answer streams in as it arrives; piped output gets whole answers."""
+        return _TerminalReply(self) if self._interactive else None
+
     async def _send_chunk(self, chat: ChatRef, text: str, reply_to: str | None) -> None:
         self._write(f"{self._bot_label()}{text}\n")
 
@@ -153,7 +159,13 @@ class ConsoleAdapter(Adapter):
         self._screen.enter_context(patch_stdout(raw=True))
 
     def _status(self) -> str:
+        if self._live_line:
+            return f"{self.bot_name}> {self._live_line}"
         return " thinking… (Ctrl-C cancels)" if self._in_flight else ""
+
+    def _show_live_line(self, text: str) -> None:
+        self._live_line = text
+        self._refresh()
 
     async def _prompt_loop(self) -> None:
         prompt = self._prompt
@@ -244,6 +256,47 @@ class ConsoleAdapter(Adapter):
         out = self._out or sys.stdout
         out.write(text)
         out.flush()
+
+
+class _TerminalReply(LiveReply):
+    """A streamed answer on the terminal: finished lines are printed above the prompt as they complete, the line
+    still being written shows under it (printing half a line would leave the prompt stuck to its end).
+
+    A text that does not continue what was printed (the next model call after a tool round) starts a new line.
+    """
+
+    def __init__(self, console: ConsoleAdapter) -> None:
+        self._console = console
+        self._text = ""  # the latest text of the current model call
+        self._printed = 0  # how much of it is printed: always up to a line break
+        self._labelled = False
+
+    def _print(self, chunk: str) -> None:
+        if not self._labelled:
+            chunk, self._labelled = self._console._bot_label() + chunk, True
+        self._console._write(chunk)
+
+    def _advance(self, text: str) -> None:
+        if not text.startswith(self._text[: self._printed]):
+            self._printed = 0  # a new call's text: its lines print after what is already there
+        self._text = text
+        end = text.rfind("\n") + 1
+        if end > self._printed:
+            self._print(text[self._printed:end])
+            self._printed = end
+        self._console._show_live_line(text[self._printed:])
+
+    async def text(self, text: str) -> None:
+        self._advance(text)
+
+    async def status(self, text: str) -> None:
+        self._advance(self._text + "\n" if self._text[self._printed:] else self._text)
+        self._print(f"({text})\n")
+        self._text, self._printed = "", 0
+
+    async def finish(self, text: str) -> None:
+        self._advance(text + "\n")
+        self._console._show_live_line("")
 
 
 def _clean(text: str) -> str:

@@ -34,6 +34,7 @@ from gateway.config import Settings
 from gateway.data_dir import ensure_data_dir, hold_sqlite_lock, sqlite_path
 from gateway.heartbeat import beat
 from gateway.keys import SessionKey
+from gateway.limit_backends import InProcessLimits, LimitBackend, RedisLimits
 from gateway.locks import InProcessLocks, LockBackend, RedisLocks
 from gateway.metrics import MeteredProvider, Metrics
 from gateway.router import Router
@@ -160,9 +161,14 @@ def _locks(settings: Settings) -> LockBackend:
     return InProcessLocks()
 
 
+def _limits(settings: Settings) -> LimitBackend:
+    url = _secret(settings.redis.url)
+    return RedisLimits.from_url(url) if url else InProcessLimits()
+
+
 async def build_runtime(settings: Settings, *, provider: Provider | None = None, store: Store | None = None,
                         locks: LockBackend | None = None, summary_provider: Provider | None = None,
-                        clock: Callable[[], datetime] = utc_now) -> Runtime:
+                        clock: Callable[[], datetime] = utc_now, limits: LimitBackend | None = None) -> Runtime:
     """Construct the shared dependencies; the store is migrated when this function opens it."""
     provider = provider or main_provider_for(settings)
     summary_provider = summary_provider or summary_provider_for(settings, provider)
@@ -176,6 +182,7 @@ async def build_runtime(settings: Settings, *, provider: Provider | None = None,
         provider=provider, counter=get_counter(settings.llm.encoding),
         new_engine=new_engine, new_memory=_memory_factory(settings),
         model=settings.llm.model, engine_name=settings.context.engine, clock=clock, metrics=metrics,
+        limits=limits or _limits(settings),
     )
 
 
@@ -189,7 +196,7 @@ def build_adapters(settings: Settings) -> list[Adapter]:
         d = settings.discord
         adapters.append(DiscordAdapter(DiscordSettings(
             token=discord_token, allow_bots=d.allow_bots, admin_role_ids=tuple(int(i) for i in d.admin_role_ids),
-            admin_role_names=tuple(d.admin_role_names), slash_commands=d.slash_commands,
+            admin_role_names=tuple(d.admin_role_names), slash_commands=d.slash_commands, streaming=d.streaming,
             max_image_bytes=d.max_image_bytes, drain_seconds=d.drain_seconds)))
     telegram_token = _secret(settings.telegram.token)
     if telegram_token:
@@ -200,7 +207,8 @@ def build_adapters(settings: Settings) -> list[Adapter]:
             token=telegram_token, api_base_url=t.api_base_url, mode=t.mode, webhook_url=t.webhook_url,
             webhook_listen=t.webhook_listen, webhook_port=t.webhook_port, webhook_path=t.webhook_path,
             webhook_secret=_secret(t.webhook_secret), check_chat_admins=t.check_chat_admins,
-            admin_cache_seconds=t.admin_cache_seconds, drain_seconds=t.drain_seconds, parse_mode=t.parse_mode)))
+            admin_cache_seconds=t.admin_cache_seconds, drain_seconds=t.drain_seconds, parse_mode=t.parse_mode,
+            streaming=t.streaming)))
     if not adapters:
         adapters.append(ConsoleAdapter(bot_name=settings.gateway.bot_name,
                                        history_path=settings.storage.data_dir / "console_history"))
@@ -295,6 +303,7 @@ async def run_gateway(settings: Settings) -> int:
 async def _close_runtime(rt: Runtime) -> None:
     await rt.provider.aclose()
     await rt.locks.aclose()
+    await rt.limits.aclose()
     await rt.store.aclose()
 
 
@@ -358,6 +367,7 @@ async def session_status(settings: Settings, store: Store, session_id: str) -> S
         return status_figures(sessions, await sessions.attach(record, None, remember=False))
     finally:
         await rt.provider.aclose()
+        await rt.limits.aclose()  # the store is the caller's
 
 
 class _NoProvider(Provider):

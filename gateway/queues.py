@@ -13,7 +13,7 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 __all__ = ["QueueClosed", "SessionQueues"]
 
@@ -31,8 +31,6 @@ class QueueClosed(RuntimeError):
 class _Lane(Generic[T]):
     items: deque[tuple[T, asyncio.Future[None]]] = field(default_factory=deque)
     worker: asyncio.Task[None] | None = None
-    # Set by `SessionQueues.cancel`: the worker's next cancellation is for the running item only.
-    interrupted: bool = False
 
 
 class SessionQueues(Generic[K, T]):
@@ -77,8 +75,7 @@ class SessionQueues(Generic[K, T]):
                     await self._process(key, item)
                 except asyncio.CancelledError:
                     done.cancel()
-                    if not _interruption_only(lane):
-                        raise
+                    raise
                 except Exception as exc:
                     if not done.done():
                         done.set_exception(exc)
@@ -87,8 +84,6 @@ class SessionQueues(Generic[K, T]):
                         done.set_result(None)
                 finally:
                     lane.items.popleft()
-                if _interruption_only(lane):
-                    continue  # the interrupted item ended; the messages queued behind it still run
                 if _cancel_requested():
                     # The item swallowed our cancellation (the agent loop ends a cancelled turn cleanly); the
                     # messages behind it must not run after the shutdown grace period.
@@ -97,18 +92,6 @@ class SessionQueues(Generic[K, T]):
             for _, done in lane.items:
                 done.cancel()
             self._lanes.pop(key, None)
-
-    def cancel(self, key: K) -> bool:
-        """Cut off ``key``'s running item (the messages queued behind it still run); False when ``key`` is idle.
-
-        The item sees a cancellation (the agent loop ends its turn cleanly, keeping what it did).
-        """
-        lane = self._lanes.get(key)
-        if lane is None or lane.worker is None or lane.worker.done() or self._closed or lane.interrupted:
-            return False
-        lane.interrupted = True
-        lane.worker.cancel()
-        return True
 
     async def aclose(self, grace_seconds: float) -> None:
         """Refuse new items, let queued ones finish for up to ``grace_seconds``, then cancel the rest."""
@@ -122,19 +105,6 @@ class SessionQueues(Generic[K, T]):
         if late:
             log.warning("shutdown: cancelled %d session(s) still busy after %.0f s", len(late), grace_seconds)
             await asyncio.gather(*late, return_exceptions=True)
-
-
-def _interruption_only(lane: _Lane[Any]) -> bool:
-    """True (once) when the worker's pending cancellation came from `SessionQueues.cancel`: it is withdrawn."""
-    if not lane.interrupted:
-        return False
-    lane.interrupted = False
-    task = asyncio.current_task()
-    if task is not None and task.cancelling() > 1:
-        return False  # a shutdown cancelled the worker as well
-    if task is not None:
-        task.uncancel()
-    return True
 
 
 def _cancel_requested() -> bool:

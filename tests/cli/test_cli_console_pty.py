@@ -78,7 +78,7 @@ async def test_console_on_a_terminal(tmp_path: Path, fake_llm: FakeLLMServer) ->
         loop = asyncio.get_running_loop()
         started = loop.time()
         term.type("\x03")
-        await term.wait_for("I was interrupted", within=10)
+        await term.wait_for("Stopped.", within=10)
         assert loop.time() - started < 10  # the model would have taken 30 s
         term.type("\x03")
         assert await asyncio.wait_for(proc.wait(), 20) == 0

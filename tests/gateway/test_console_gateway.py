@@ -12,7 +12,7 @@ from prompt_toolkit.output import DummyOutput
 from adapters.console import ConsoleAdapter
 from adapters.console_prompt import ConsolePrompt
 from gateway.app import Gateway, build_runtime
-from gateway.router import INTERRUPTED_TEXT
+from gateway.router import STOPPED_TEXT
 from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.gateway.conftest import make_settings
 
@@ -38,7 +38,7 @@ async def test_ctrl_c_cancels_the_turn_at_once_and_keeps_the_question(fake_llm: 
             loop = asyncio.get_running_loop()
             started = loop.time()
             pipe.send_text("\x03")
-            while INTERRUPTED_TEXT not in out.getvalue():
+            while STOPPED_TEXT not in out.getvalue():
                 assert loop.time() - started < 10, out.getvalue()  # the model would take 30 s
                 await asyncio.sleep(0.02)
             pipe.send_text("and now?\r")  # the chat goes on
