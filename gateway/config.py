@@ -122,6 +122,9 @@ class GatewaySettings(BaseModel):
     # Per-platform overrides, e.g. {"telegram": "per-user"}; platforms not listed use session_scope.
     session_scope_by_platform: dict[Literal["discord", "telegram", "console"], Literal["shared", "per-user"]] = {}
     group_context_limit: int = Field(default=50, ge=0)
+    # While the database is down, messages of a session wait in memory, in order, up to this many; the next
+    # ones are answered "unavailable".
+    held_messages_per_session: int = Field(default=100, ge=1)
     bot_name: str = "Concord"
 
     _split_admins = field_validator("admins", mode="before")(_split_csv)

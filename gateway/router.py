@@ -6,6 +6,11 @@
             ─▶ else hygiene (R-G3) ─▶ agent turn    ├─ persist (inside)
             ─▶ release lock ─▶ send the reply       ┘
 
+When the database is down, a message that meets the outage is held — it stays first in its session's queue
+and is retried with backoff (outside the turn lock) until storage is back, then answered; the session's later
+messages wait behind it in order. Past ``gateway.held_messages_per_session`` waiting messages, the next ones
+are answered plainly that the bot is unavailable instead of being queued without bound.
+
 In groups the bot answers only when mentioned, replied to or commanded. Other group messages are kept, tagged
 with the speaker's name, in a bounded per-session buffer (``gateway.group_context_limit`` newest lines) and
 handed to the agent in front of the next message that addresses it; so they enter the stored conversation
@@ -14,6 +19,7 @@ exactly once, with the turn that used them, and an idle channel costs no writes.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import OrderedDict, deque
@@ -25,7 +31,9 @@ from agent.turn import StopReason
 from gateway.commands import Command, CommandContext, is_admin, run_command
 from gateway.compaction import run_hygiene
 from gateway.continuity import with_note
+from gateway.durability import backoff_delay, is_storage_outage
 from gateway.keys import SessionKey, session_key
+from gateway.logthrottle import LogThrottle, describe_cause
 from gateway.metrics import fan_out
 from gateway.prompt import speaker_tag
 from gateway.queues import SessionQueues
@@ -40,6 +48,8 @@ FAILURE_TEXT = "⚠️ Something went wrong while handling your message. Please 
 EMPTY_ANSWER = "(The model returned an empty answer.)"
 INTERRUPTED_TEXT = "⚠️ I was interrupted (the bot is restarting) before I could answer. Ask me to continue."
 CONTEXT_HEADER = "[Earlier messages in this channel, not addressed to you]"
+UNAVAILABLE_TEXT = ("⚠️ I'm unavailable right now (my storage is down) and cannot keep more messages. "
+                    "Please send this again in a few minutes.")
 
 
 class GroupContext:
@@ -86,6 +96,7 @@ class Router:
         self._queues: SessionQueues[SessionKey, tuple[Inbound, Adapter]] = SessionQueues(self._process)
         self._seen: OrderedDict[tuple[str, str, str | None, str], None] = OrderedDict()
         self._dedupe_size = dedupe_size
+        self._failures = LogThrottle(log)
 
     async def handle(self, inbound: Inbound, adapter: Adapter) -> None:
         """Take one inbound message; returns once it has been handled (queued behind its session's earlier ones)."""
@@ -97,6 +108,13 @@ class Router:
         if len(self._seen) > self._dedupe_size:
             self._seen.popitem(last=False)
         key = session_key(inbound, self.settings.gateway.scope_for(inbound.platform))
+        storage = self.sessions.rt.storage
+        if storage.down and self._queues.pending(key) >= self.settings.gateway.held_messages_per_session:
+            storage.throttle.warning("hold-full", "storage unavailable and %d messages already held for %s: "
+                                     "answering that the bot is unavailable", self._queues.pending(key), key)
+            del self._seen[ident]  # a redelivery after recovery is a new chance, not a duplicate
+            await adapter.send(inbound, UNAVAILABLE_TEXT)
+            return
         await self._queues.submit(key, (inbound, adapter))
 
     async def aclose(self, grace_seconds: float = 30.0) -> None:
@@ -106,12 +124,26 @@ class Router:
     async def _process(self, key: SessionKey, item: tuple[Inbound, Adapter]) -> None:
         inbound, adapter = item
         self.metrics.record_message()
-        try:
-            async with self.sessions.rt.locks.session_turn(str(key)):
-                replies = await self._chain(key, inbound, adapter)
-        except Exception:
-            log.exception("message %s in %s failed", inbound.message_id, key)
-            replies = [FAILURE_TEXT]
+        storage = self.sessions.rt.storage
+        attempt = 0
+        while True:
+            try:
+                async with self.sessions.rt.locks.session_turn(str(key)):
+                    replies = await self._chain(key, inbound, adapter)
+                if attempt:
+                    storage.succeeded()
+                break
+            except Exception as exc:
+                if not is_storage_outage(exc):
+                    self._failures.error(f"turn:{type(exc).__name__}", "turn failed (%s): message %s in %s was "
+                                         "answered with an apology", describe_cause(exc), inbound.message_id,
+                                         key, exc=exc)
+                    replies = [FAILURE_TEXT]
+                    break
+                storage.failed(exc, f"message {inbound.message_id} in {key} held "
+                                    f"({self._queues.pending(key) + 1} held for the session)")
+            await asyncio.sleep(backoff_delay(attempt))
+            attempt += 1
         for text in replies:
             await adapter.send(inbound, text)
 
