@@ -19,14 +19,16 @@ __all__ = ["LogThrottle", "describe_cause", "root_cause"]
 
 
 def root_cause(exc: BaseException) -> BaseException:
-    """The innermost exception of ``exc``'s ``__cause__`` / ``__context__`` chain (what actually failed)."""
+    """The innermost exception of ``exc``'s ``raise … from`` chain (what a wrapper says actually failed).
+
+    Only explicit causes are followed: an implicit ``__context__`` is often bookkeeping (the CancelledError
+    behind a client timeout), not the reason.
+    """
     seen = {id(exc)}
-    while True:
-        inner = exc.__cause__ or exc.__context__
-        if inner is None or id(inner) in seen:
-            return exc
-        seen.add(id(inner))
-        exc = inner
+    while exc.__cause__ is not None and id(exc.__cause__) not in seen:
+        exc = exc.__cause__
+        seen.add(id(exc))
+    return exc
 
 
 def describe_cause(exc: BaseException) -> str:
