@@ -21,7 +21,7 @@ from agent.events import AgentEvent, EventSink, Notice, NoticeKind, NoticeSink, 
 from agent.turn import Compaction, TurnResult
 from gateway.compaction import follow_stored, persist_compaction
 from gateway.durability import is_storage_outage
-from gateway.engine_state import export_engine_state
+from gateway.engine_state import export_engine_state, restore_engine_state
 from gateway.metrics import EVENT_COMPRESS_ABORTED
 from gateway.session import LiveSession, SessionManager
 from gateway.store import EngineState, SessionEnded, StaleWatermark
@@ -90,7 +90,8 @@ async def persist_turn(sessions: SessionManager, live: LiveSession, result: Turn
         return
     new = result.appended[saved:]
     if new:
-        await _append(sessions, live, new, state)
+        if not await _append(sessions, live, new, state):
+            return
     else:
         await sessions.rt.store.sessions.save_engine_state(live.id, state)
     live.record = dataclasses.replace(live.record, engine=state)
@@ -120,19 +121,26 @@ async def _replace_rewritten(sessions: SessionManager, live: LiveSession, result
 
 
 async def _append(sessions: SessionManager, live: LiveSession, new: list[dict[str, Any]],
-                  state: EngineState) -> None:
-    """Append ``new`` to the session — or, if it was ended meanwhile, to the chat's open session."""
+                  state: EngineState) -> bool:
+    """Append ``new`` to the session — or, if it was ended meanwhile, to the chat's open session; False when
+    another process wrote meanwhile (its engine state stands and ``live`` has been re-read)."""
     rt = sessions.rt
     counts = [rt.counter.count_message(m) for m in new]
     try:
-        last = await rt.store.messages.append(live.id, new, counts, engine_state=state)
+        last = await rt.store.messages.append(live.id, new, counts, engine_state=state,
+                                              state_watermark=live.watermark)
     except SessionEnded:
         ended = live.id
         await follow_stored(sessions, live)
         log.warning("session %s was ended during a turn; its messages go to the chat's open session %s",
                     ended, live.id)
-        last = await rt.store.messages.append(live.id, new, counts, engine_state=state)
+        last = await rt.store.messages.append(live.id, new, counts)
     if last == live.watermark + len(new):
         live.messages, live.watermark = live.messages + new, last
     else:
-        await sessions.reload(live)  # another process wrote meanwhile: take its rows too, in stored order
+        # Another process wrote meanwhile: take its rows, in stored order, and the engine state it saved.
+        await sessions.reload(live)
+        await sessions.refresh_record(live)
+        restore_engine_state(live.engine, live.record.engine)
+        return False
+    return True
