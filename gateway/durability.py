@@ -34,12 +34,27 @@ FIRST_DELAY_S = 0.25
 MAX_DELAY_S = 2.0
 
 
+# PostgreSQL SQLSTATE classes that mean "not now" rather than "never": connection exceptions (08),
+# insufficient resources such as a full disk (53), operator intervention such as a shutdown or a server that
+# is starting up (57P), system errors such as I/O failures (58).
+_TEMPORARY_SQLSTATES = ("08", "53", "57P", "58")
+
+
+def _sqlstate(exc: BaseException) -> str:
+    for candidate in (getattr(exc, "orig", None), exc.__cause__):
+        for source in (candidate, getattr(candidate, "__cause__", None)):
+            code = getattr(source, "sqlstate", None) or getattr(source, "pgcode", None)
+            if isinstance(code, str):
+                return code
+    return ""
+
+
 def is_storage_outage(exc: BaseException) -> bool:
     """Whether ``exc`` means storage is unreachable or cannot write right now (worth waiting for)."""
     if isinstance(exc, StorageUnavailable | sa_exc.OperationalError | sa_exc.InterfaceError | sa_exc.TimeoutError):
         return True
     if isinstance(exc, sa_exc.DBAPIError):
-        return bool(exc.connection_invalidated)
+        return bool(exc.connection_invalidated) or _sqlstate(exc).startswith(_TEMPORARY_SQLSTATES)
     # Drivers raise socket errors as they are while connecting (asyncpg: ConnectionRefusedError).
     return isinstance(exc, OSError | TimeoutError)
 

@@ -190,6 +190,19 @@ async def _sweeps(env: dict[str, str], every: float, stop: asyncio.Event, log: P
     return runs
 
 
+async def _ready(logs: Path, gateways: int, within_s: float = 60.0) -> None:
+    """Wait until every gateway has opened the store and started its console (a fault must hit a running
+    gateway, not its start-up)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        started = sum("adapter console started" in (logs / f"gateway-{i}.log").read_text(errors="replace")
+                      for i in range(gateways))
+        if started == gateways:
+            return
+        await asyncio.sleep(0.1)
+    raise TimeoutError("the gateways did not start")
+
+
 async def run_scenario(scenario: Scenario) -> Figures:
     """Run ``scenario`` to the end (every message answered or the timeout) and count what it left behind."""
     figures = Figures()
@@ -220,6 +233,8 @@ async def run_scenario(scenario: Scenario) -> Figures:
             recovered_at = time.monotonic()
 
         try:
+            # Messages and the fault start together once every gateway runs (start-up takes seconds here).
+            await asyncio.wait_for(_ready(logs, len(gateways)), scenario.timeout_s)
             await asyncio.wait_for(asyncio.gather(
                 inject(), *(_feed(g, scenario.messages_per_gateway, scenario.interval_s) for g in gateways),
                 *(g.process.wait() for g in gateways)), scenario.timeout_s)
