@@ -29,7 +29,7 @@ from gateway.engine_state import compaction_info, export_engine_state, restore_e
 from gateway.hygiene import HygieneCheck, check_hygiene, session_tokens
 from gateway.metrics import EVENT_COMPRESS_ABORTED
 from gateway.session import LiveSession, SessionManager
-from gateway.store import SessionEnded, StaleWatermark
+from gateway.store import SessionEnded, SessionRecord, StaleWatermark
 
 __all__ = ["HygieneOutcome", "compress_session", "follow_stored", "hygiene_check", "persist_compaction", "run_hygiene"]
 
@@ -64,20 +64,28 @@ async def persist_compaction(sessions: SessionManager, live: LiveSession, result
         if rt.settings.compression.in_place:
             await rt.store.compactions.replace_active(live.id, messages, counts, live.watermark, reason=reason,
                                                       engine_state=state)
-            await sessions.refresh_record(live)
-            await sessions.rebind(live, live.record)
+            record = None
         else:
-            child = await rt.store.compactions.rotate(live.id, messages, counts, live.watermark,
-                                                      reason="compression", engine_state=state)
-            await sessions.rebind(live, child)
+            record = await rt.store.compactions.rotate(live.id, messages, counts, live.watermark,
+                                                       reason="compression", engine_state=state)
     except (StaleWatermark, SessionEnded) as lost:
         log.warning("session %s was compacted elsewhere meanwhile (%s); keeping that version and continuing "
                     "from what is stored", live.id, type(lost).__name__)
         await follow_stored(sessions, live)
         return False
+    # Committed: from here on only reads, retried through an outage, so a caller never mistakes a stored
+    # compaction for a lost one (and stores its messages twice).
+    await rt.storage.run(lambda: _rebind_after(sessions, live, record), f"reloading session {live.id}")
     log.info("session %s compacted (%s): %d → %d messages, %d → %d tokens", live.id, reason,
              result.messages_before, result.messages_after, result.tokens_before, result.tokens_after)
     return True
+
+
+async def _rebind_after(sessions: SessionManager, live: LiveSession, child: SessionRecord | None) -> None:
+    if child is None:
+        await sessions.refresh_record(live)
+        child = live.record
+    await sessions.rebind(live, child)
 
 
 async def follow_stored(sessions: SessionManager, live: LiveSession) -> None:

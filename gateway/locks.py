@@ -109,6 +109,8 @@ def fail_fast_client(url: str, *, connect_timeout: float = 0.5, socket_timeout: 
 
 # KEYS[1] the lock, ARGV[1] our token (, ARGV[2] the new expiry in ms): act only on a lock we own.
 _RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0"
+# Remembered timed-out requests (each expires by itself after its TTL anyway): bounded through a long outage.
+MAX_ORPHANS = 10_000
 _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
 
 
@@ -252,6 +254,8 @@ class RedisLocks(LockBackend):
 
     def _orphan(self, held: _Held, ttl: float) -> None:
         self._orphans[held] = time.monotonic() + ttl
+        while len(self._orphans) > MAX_ORPHANS:  # a long outage: the oldest expire by themselves first
+            del self._orphans[next(iter(self._orphans))]
         if self._janitor is None or self._janitor.done():
             self._janitor = asyncio.create_task(self._clean_orphans(), name="redis-lock-janitor")
 

@@ -140,8 +140,9 @@ class Router:
                                          key, exc=exc)
                     replies = [FAILURE_TEXT]
                     break
+                # The lane still holds this message, so it counts itself.
                 storage.failed(exc, f"message {inbound.message_id} in {key} held "
-                                    f"({self._queues.pending(key) + 1} held for the session)")
+                                    f"({self._queues.pending(key)} held for the session)")
             await asyncio.sleep(backoff_delay(attempt))
             attempt += 1
         for text in replies:

@@ -82,8 +82,9 @@ async def persist_turn(sessions: SessionManager, live: LiveSession, result: Turn
     """Store what the turn added and save the engine state.
 
     ``saved`` is how many of ``result.appended`` the store already holds (inside a compaction persisted during
-    the turn). Never raises `StaleWatermark`; safe to repeat after a storage error (each write is one
-    transaction, and ``live`` is updated only after it committed).
+    the turn). Never raises `StaleWatermark`. Safe to repeat after a storage error: each write is one
+    transaction, and the reads after a committed write are retried on their own, so a repeat never writes
+    twice (short of a connection lost inside COMMIT itself, when the driver cannot know either).
     """
     state = export_engine_state(live.engine, live.last_compaction)
     if result.images_reencoded and not result.compacted and await _replace_rewritten(sessions, live, result, state):
@@ -113,8 +114,7 @@ async def _replace_rewritten(sessions: SessionManager, live: LiveSession, result
                  live.id)
         return False
     log.info("session %s: the turn re-encoded images; replacing the active set", live.id)
-    await sessions.reload(live)
-    await sessions.refresh_record(live)
+    await rt.storage.run(lambda: _reread(sessions, live), f"reloading session {live.id}")
     live.record = dataclasses.replace(live.record, engine=state)
     live.synced_state = state
     return True
@@ -139,8 +139,13 @@ async def _append(sessions: SessionManager, live: LiveSession, new: list[dict[st
         live.messages, live.watermark = live.messages + new, last
     else:
         # Another process wrote meanwhile: take its rows, in stored order, and the engine state it saved.
-        await sessions.reload(live)
-        await sessions.refresh_record(live)
+        await rt.storage.run(lambda: _reread(sessions, live), f"reloading session {live.id}")
         restore_engine_state(live.engine, live.record.engine)
         return False
     return True
+
+
+async def _reread(sessions: SessionManager, live: LiveSession) -> None:
+    """After a committed write: the active set and the row as stored (reads only, so safe to retry alone)."""
+    await sessions.reload(live)
+    await sessions.refresh_record(live)

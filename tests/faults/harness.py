@@ -97,6 +97,9 @@ class Figures:
     dropped: list[str] = field(default_factory=list)
     orphaned_replies: list[str] = field(default_factory=list)
     compactions: int = 0
+    # From recovery: until each chat's first answer (is anything stuck?), and until the last message sent
+    # before recovery was answered (how long the backlog took to drain).
+    first_answer_after_recovery_s: float = 0.0
     longest_wait_after_recovery_s: float = 0.0
     seconds: float = 0.0
     stderr_lines: int = 0
@@ -107,7 +110,8 @@ class Figures:
         return (f"{self.sent} messages, {self.answered} answered, {self.failure_replies} 'try again', "
                 f"{self.told_unavailable} told unavailable, {len(self.lost)} lost, {len(self.dropped)} dropped "
                 f"from view, {len(self.orphaned_replies)} orphaned replies, {self.compactions} compactions, "
-                f"longest wait after recovery {self.longest_wait_after_recovery_s:.1f} s, "
+                f"first answer {self.first_answer_after_recovery_s:.1f} s and last held message answered "
+                f"{self.longest_wait_after_recovery_s:.1f} s after recovery, "
                 f"{self.stderr_lines} log lines ({self.traceback_lines} traceback lines), {self.seconds:.0f} s")
 
 
@@ -256,6 +260,9 @@ async def run_scenario(scenario: Scenario) -> Figures:
             waits = [answered - recovered_at for g in gateways for marker, answered in g.answered.items()
                      if g.sent[marker] <= recovered_at and answered > recovered_at]
             figures.longest_wait_after_recovery_s = max(waits, default=0.0)
+            firsts = [min((t for t in g.answered.values() if t > recovered_at), default=recovered_at) - recovered_at
+                      for g in gateways]
+            figures.first_answer_after_recovery_s = max(firsts, default=0.0)
         for log in logs.iterdir():
             lines = log.read_text(errors="replace").splitlines()
             figures.stderr_lines += len(lines)

@@ -19,8 +19,10 @@ from tests.faults.harness import Figures, Scenario, run_scenario
 from tests.faults.services import PrivatePostgres, SmallDisk, free_port, private_postgres, small_disk
 from tests.locks.conftest import PrivateRedis
 
-# Past the longest backoff (2 s) plus draining what was held behind it on two busy cores.
-RECOVERY_LIMIT_S = 15.0
+# Every chat answers again within a few seconds of recovery (the longest backoff is 2 s); draining what was
+# held behind it takes longer on two busy cores.
+FIRST_ANSWER_LIMIT_S = 5.0
+DRAIN_LIMIT_S = 20.0
 
 
 def _require(reason: str) -> None:
@@ -100,7 +102,8 @@ async def test_postgres_stopped_and_restarted(tmp_path: Path, own_postgres: Priv
     figures = await run_scenario(Scenario(storage_url=own_postgres.url, workdir=tmp_path, messages_per_gateway=40,
                                           interval_s=0.15, fault=outage, fault_after_s=1.0))
     _assert_nothing_lost(figures)
-    assert figures.longest_wait_after_recovery_s <= RECOVERY_LIMIT_S
+    assert figures.first_answer_after_recovery_s <= FIRST_ANSWER_LIMIT_S
+    assert figures.longest_wait_after_recovery_s <= DRAIN_LIMIT_S
     assert _lines(tmp_path, "storage is back after") >= 1
     # One throttled line per process and 30 s window, not one (or a traceback) per held message.
     assert _lines(tmp_path, "storage unavailable (") <= 8
@@ -122,7 +125,8 @@ async def test_sqlite_on_a_full_disk(tmp_path: Path) -> None:
                                               workdir=tmp_path, gateways=1, messages_per_gateway=50,
                                               interval_s=0.1, fault=full, fault_after_s=1.0))
     _assert_nothing_lost(figures)
-    assert figures.longest_wait_after_recovery_s <= RECOVERY_LIMIT_S
+    assert figures.first_answer_after_recovery_s <= FIRST_ANSWER_LIMIT_S
+    assert figures.longest_wait_after_recovery_s <= DRAIN_LIMIT_S
     assert _lines(tmp_path, "storage unavailable (") >= 1
 
 

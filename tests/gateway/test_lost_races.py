@@ -6,10 +6,12 @@ gateway's turn appended, then a sweep compacted. The multi-process versions are 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from sqlalchemy.exc import OperationalError
 
+from gateway.router import UNAVAILABLE_TEXT
 from gateway.store import Store
 from tests.fakes.llm_server import FakeLLMServer
 from tests.gateway.conftest import SUMMARY_MARKER, GatewayFactory, answer_by_kind, bulk_session, chatter
@@ -132,4 +134,77 @@ async def test_an_outage_at_the_end_of_a_turn_holds_the_answer_until_it_is_store
     assert len(fake_llm.requests) == 1  # the answer was kept, not asked for again
     record = await store.sessions.get_active("discord", "dm:c1")
     assert [m["content"] for m in (await store.messages.load_active(record.id)).messages] == ["keep this", "ok"]
+    assert not gateway.rt.storage.down
+
+
+async def test_a_rotation_that_lost_follows_the_winners_child(gateway_factory: GatewayFactory,
+                                                             fake_llm: FakeLLMServer) -> None:
+    gateway, adapter = await gateway_factory(llm=WINDOW, compression={"in_place": False})
+    parent_id = await bulk_session(gateway, "dm:c1", chatter(330, words=200))
+    answer_by_kind(fake_llm, "fresh answer")
+    store = gateway.rt.store
+    ours = store.compactions.rotate
+
+    async def other_rotates_first(sid: str, *args: Any, **kwargs: Any) -> Any:
+        store.compactions.rotate = ours
+        other = await Store.open(gateway.rt.settings.storage.url, migrate=False)
+        try:
+            active = await other.messages.load_active(sid)
+            await other.compactions.rotate(sid, [{"role": "user", "content": "[the sweep's summary]"}], [10],
+                                           active.watermark)
+        finally:
+            await other.aclose()
+        return await ours(sid, *args, **kwargs)
+
+    store.compactions.rotate = other_rotates_first  # type: ignore[method-assign]
+    await adapter.say("what next?")
+    assert adapter.texts()[-1] == "fresh answer"
+    child = await store.sessions.get_active("discord", "dm:c1")
+    assert child.parent_session_id == parent_id
+    assert [m["content"] for m in (await store.messages.load_active(child.id)).messages] == [
+        "[the sweep's summary]", "what next?", "fresh answer"]
+
+
+async def test_an_outage_during_the_turns_compaction_keeps_every_message(gateway_factory: GatewayFactory,
+                                                                       fake_llm: FakeLLMServer) -> None:
+    gateway, adapter = await gateway_factory(llm=WINDOW)
+    session_id = await bulk_session(gateway, "dm:c1", chatter(330, words=200))
+    answer_by_kind(fake_llm, "fresh answer")
+    store = gateway.rt.store
+    ours = store.compactions.replace_active
+
+    async def disk_full_once(*args: Any, **kwargs: Any) -> int:
+        store.compactions.replace_active = ours
+        raise _outage()
+
+    store.compactions.replace_active = disk_full_once  # type: ignore[method-assign]
+    await adapter.say("what next?")
+    assert adapter.texts()[-1] == "fresh answer"
+    active = [m["content"] for m in (await store.messages.load_active(session_id)).messages]
+    assert len(active) == 332 and active[-2:] == ["what next?", "fresh answer"]  # not compacted, nothing lost
+    assert await store.compactions.history(session_id) == []
+
+
+async def test_messages_wait_out_an_outage_in_order_and_the_bound_is_told(gateway_factory: GatewayFactory,
+                                                                        fake_llm: FakeLLMServer) -> None:
+    gateway, adapter = await gateway_factory(gateway={"held_messages_per_session": 2})
+    back = asyncio.Event()
+    real_open = gateway.sessions.open
+
+    async def down_until_back(*args: Any, **kwargs: Any) -> Any:
+        if not back.is_set():
+            raise _outage()
+        return await real_open(*args, **kwargs)
+
+    gateway.sessions.open = down_until_back  # type: ignore[method-assign]
+    fake_llm.responder = lambda body: f"re {body['messages'][-1]['content']}"
+    first = asyncio.create_task(adapter.say("one"))
+    await asyncio.sleep(0.3)  # "one" is held and retried
+    second = asyncio.create_task(adapter.say("two"))  # held behind it: the bound is two held messages
+    await asyncio.sleep(0.1)
+    await adapter.say("three")
+    assert adapter.texts() == [UNAVAILABLE_TEXT]
+    back.set()
+    await asyncio.gather(first, second)
+    assert adapter.texts() == [UNAVAILABLE_TEXT, "re one", "re two"]
     assert not gateway.rt.storage.down
