@@ -124,7 +124,7 @@ class GatewaySettings(BaseModel):
     group_context_limit: int = Field(default=50, ge=0)
     # While the database is down, messages of a session wait in memory, in order, up to this many; the next
     # ones are answered "unavailable".
-    held_messages_per_session: int = Field(default=100, ge=1)
+    held_messages_per_session: int = Field(default=500, ge=1)
     bot_name: str = "Concord"
 
     _split_admins = field_validator("admins", mode="before")(_split_csv)

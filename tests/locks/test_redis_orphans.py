@@ -12,7 +12,6 @@ import uuid
 
 import pytest
 from redis import Redis as SyncRedis
-from redis.exceptions import RedisError
 
 from gateway.locks import RedisLocks
 from tests.locks.conftest import PrivateRedis
@@ -84,13 +83,12 @@ async def test_a_hung_redis_leaves_no_orphaned_lock(private_redis: PrivateRedis,
         await locks.aclose()
 
 
-def _slow_redis(port: int, stop: threading.Event) -> None:
+def _slow_redis(port: int, stop: threading.Event, sleeps: list[int]) -> None:
     client = SyncRedis(port=port, socket_timeout=10)
     try:
         while not stop.is_set():
             client.execute_command("DEBUG", "SLEEP", "1.5")
-    except RedisError:
-        pass
+            sleeps.append(1)
     finally:
         client.close()
 
@@ -99,7 +97,8 @@ async def test_a_slow_redis_leaves_no_orphaned_lock(private_redis: PrivateRedis)
     prefix = f"orphans:{uuid.uuid4().hex}:"
     locks = RedisLocks.from_url(private_redis.url, prefix=prefix, turn_ttl=TTL, compression_ttl=TTL)
     stop, slow = asyncio.Event(), threading.Event()
-    sleeper = threading.Thread(target=_slow_redis, args=(private_redis.port, slow), daemon=True)
+    sleeps: list[int] = []
+    sleeper = threading.Thread(target=_slow_redis, args=(private_redis.port, slow, sleeps), daemon=True)
     try:
         chats = asyncio.create_task(_busy_chats(locks, stop))
         await asyncio.sleep(0.3)
@@ -107,6 +106,7 @@ async def test_a_slow_redis_leaves_no_orphaned_lock(private_redis: PrivateRedis)
         await asyncio.sleep(4.0)  # every command waits up to 1.5 s: most exceed the client's 1 s timeout
         slow.set()
         await asyncio.to_thread(sleeper.join, 5)
+        assert len(sleeps) >= 2, "Redis was not slowed (DEBUG SLEEP refused?)"
         stop.set()
         await chats
         waits = await _waits_after_recovery(locks)
