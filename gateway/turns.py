@@ -55,7 +55,7 @@ async def agent_turn(
                 raise
             # The compacted list only shapes what the model sees for the rest of this turn; the turn's own
             # messages are appended (with retries) at its end, so nothing depends on storing it now.
-            guard.failed(exc, f"compaction of session {live.id} during a turn skipped")
+            guard.failed(exc, f"the turn's compaction of session {live.id} is skipped and its messages")
             return live.id
         if stored:
             saved = compaction.appended
