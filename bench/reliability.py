@@ -48,15 +48,17 @@ def _redis() -> PrivateRedis:
     binary = shutil.which("redis-server")
     if binary is None:
         raise RuntimeError("redis-server not found")
-    server = PrivateRedis(binary=binary, port=free_port(), workdir=Path(tempfile.mkdtemp(prefix="concord-redis-")))
+    # No persistence (--save ''), so the directory stays empty.
+    server = PrivateRedis(binary=binary, port=free_port(), workdir=Path(tempfile.gettempdir()))
     server.start()
     return server
 
 
 async def _race(messages: int, repo: Path, outage: float) -> Figures:
-    workdir = Path(tempfile.mkdtemp(prefix="concord-race-"))
-    return await run_scenario(Scenario(storage_url=f"sqlite+aiosqlite:///{workdir}/concord.db", workdir=workdir,
-                                       messages_per_gateway=messages, repo=repo, timeout_s=1800))
+    with tempfile.TemporaryDirectory(prefix="concord-race-") as name:
+        workdir = Path(name)
+        return await run_scenario(Scenario(storage_url=f"sqlite+aiosqlite:///{workdir}/concord.db",
+                                           workdir=workdir, messages_per_gateway=messages, repo=repo, timeout_s=1800))
 
 
 async def _redis_killed(messages: int, repo: Path, outage: float) -> Figures:
@@ -71,10 +73,10 @@ async def _redis_killed(messages: int, repo: Path, outage: float) -> Figures:
     try:
         async with scratch_postgres(postgres, "concord_reliability") as url:
             await upgrade_database(url)
-            workdir = Path(tempfile.mkdtemp(prefix="concord-redis-killed-"))
-            return await run_scenario(Scenario(storage_url=url, workdir=workdir, redis_url=redis.url, repo=repo,
-                                               messages_per_gateway=messages, fault=kill, fault_after_s=10.0,
-                                               timeout_s=1800))
+            with tempfile.TemporaryDirectory(prefix="concord-redis-killed-") as name:
+                return await run_scenario(Scenario(storage_url=url, workdir=Path(name), redis_url=redis.url,
+                                                   repo=repo, messages_per_gateway=messages, fault=kill,
+                                                   fault_after_s=10.0, timeout_s=1800))
     finally:
         redis.kill()
 
@@ -90,12 +92,12 @@ async def _postgres_down(messages: int, repo: Path, outage: float) -> Figures:
             await asyncio.sleep(outage)
             await asyncio.to_thread(server.start)
 
-        workdir = Path(tempfile.mkdtemp(prefix="concord-pg-down-"))
         # Messages keep arriving through the whole outage (about ``outage / 0.2`` of them per gateway).
         count = max(messages // 4, int(outage / 0.2) + 20)
-        return await run_scenario(Scenario(storage_url=server.url, workdir=workdir, repo=repo,
-                                           messages_per_gateway=count, interval_s=0.2, fault=down,
-                                           fault_after_s=2.0, timeout_s=1800))
+        with tempfile.TemporaryDirectory(prefix="concord-pg-down-") as name:
+            return await run_scenario(Scenario(storage_url=server.url, workdir=Path(name), repo=repo,
+                                               messages_per_gateway=count, interval_s=0.2, fault=down,
+                                               fault_after_s=2.0, timeout_s=1800))
 
 
 async def _disk_full(messages: int, repo: Path, outage: float) -> Figures:
@@ -111,11 +113,11 @@ async def _disk_full(messages: int, repo: Path, outage: float) -> Figures:
             await asyncio.sleep(outage)
             disk.free()
 
-        workdir = Path(tempfile.mkdtemp(prefix="concord-disk-full-"))
         count = max(messages // 4, int(outage / 0.2) + 20)
-        return await run_scenario(Scenario(storage_url=url, workdir=workdir, repo=repo, gateways=1,
-                                           messages_per_gateway=count, interval_s=0.2, fault=full,
-                                           fault_after_s=1.0, timeout_s=1800))
+        with tempfile.TemporaryDirectory(prefix="concord-disk-full-") as name:
+            return await run_scenario(Scenario(storage_url=url, workdir=Path(name), repo=repo, gateways=1,
+                                               messages_per_gateway=count, interval_s=0.2, fault=full,
+                                               fault_after_s=1.0, timeout_s=1800))
 
 
 async def _chats_through(fault: Callable[[PrivateRedis], Awaitable[None]]) -> str:

@@ -73,7 +73,7 @@ class Scenario:
     gateways: int = 2
     messages_per_gateway: int = 60
     interval_s: float = 0.05
-    sweep_every_s: float = 1.0
+    sweep_every_s: float = 2.0
     summary_delay_s: float = 0.3
     # Called once the gateways are up; it injects the fault and returns when the fault is over (recovery).
     fault: Callable[[], Awaitable[None]] | None = None

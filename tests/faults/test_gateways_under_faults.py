@@ -63,7 +63,7 @@ def _assert_nothing_lost(figures: Figures) -> None:
 
 async def test_two_gateways_and_a_sweep_without_redis(tmp_path: Path) -> None:
     figures = await run_scenario(Scenario(storage_url=f"sqlite+aiosqlite:///{tmp_path}/concord.db",
-                                          workdir=tmp_path, messages_per_gateway=60))
+                                          workdir=tmp_path, messages_per_gateway=40))
     _assert_nothing_lost(figures)
     assert figures.compactions >= 2
 
@@ -73,7 +73,7 @@ async def test_two_gateways_and_a_sweep_on_postgres_with_redis(tmp_path: Path, p
     async with scratch_postgres(postgres_url, "concord_faults") as url:
         await upgrade_database(url)
         figures = await run_scenario(Scenario(storage_url=url, workdir=tmp_path, redis_url=own_redis.url,
-                                              messages_per_gateway=60))
+                                              messages_per_gateway=40))
     _assert_nothing_lost(figures)
     assert figures.compactions >= 2
 
@@ -85,7 +85,7 @@ async def test_redis_killed_mid_run(tmp_path: Path, postgres_url: str, own_redis
     async with scratch_postgres(postgres_url, "concord_faults") as url:
         await upgrade_database(url)
         figures = await run_scenario(Scenario(storage_url=url, workdir=tmp_path, redis_url=own_redis.url,
-                                              messages_per_gateway=60, fault=kill, fault_after_s=1.5))
+                                              messages_per_gateway=40, fault=kill, fault_after_s=1.0))
     _assert_nothing_lost(figures)
     warnings = _lines(tmp_path, "lock backend unavailable")
     assert 1 <= warnings <= 12, f"{warnings} lock warnings: throttled to one per failure class and window"
@@ -96,10 +96,10 @@ async def test_postgres_stopped_and_restarted(tmp_path: Path, own_postgres: Priv
 
     async def outage() -> None:
         await asyncio.to_thread(own_postgres.stop)
-        await asyncio.sleep(5.0)
+        await asyncio.sleep(3.0)
         await asyncio.to_thread(own_postgres.start)
 
-    figures = await run_scenario(Scenario(storage_url=own_postgres.url, workdir=tmp_path, messages_per_gateway=40,
+    figures = await run_scenario(Scenario(storage_url=own_postgres.url, workdir=tmp_path, messages_per_gateway=30,
                                           interval_s=0.15, fault=outage, fault_after_s=1.0))
     _assert_nothing_lost(figures)
     assert figures.first_answer_after_recovery_s <= FIRST_ANSWER_LIMIT_S
@@ -118,11 +118,11 @@ async def test_sqlite_on_a_full_disk(tmp_path: Path) -> None:
 
         async def full() -> None:
             await asyncio.to_thread(disk.fill)
-            await asyncio.sleep(4.0)
+            await asyncio.sleep(3.0)
             disk.free()
 
         figures = await run_scenario(Scenario(storage_url=f"sqlite+aiosqlite:///{disk.path}/concord.db",
-                                              workdir=tmp_path, gateways=1, messages_per_gateway=50,
+                                              workdir=tmp_path, gateways=1, messages_per_gateway=40,
                                               interval_s=0.1, fault=full, fault_after_s=1.0))
     _assert_nothing_lost(figures)
     assert figures.first_answer_after_recovery_s <= FIRST_ANSWER_LIMIT_S
