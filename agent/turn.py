@@ -15,6 +15,7 @@ from agent.llm.base import Usage
 
 __all__ = [
     "CANCELLED_TOOL_TEXT",
+    "INTERRUPTED_MARK",
     "Compaction",
     "LoopConfig",
     "StopReason",
@@ -24,6 +25,8 @@ __all__ = [
 ]
 
 CANCELLED_TOOL_TEXT = "[Cancelled: the turn was stopped before this tool finished]"
+# Ends the partial answer a stopped streaming turn keeps, so the model (and a reader) sees it was cut off.
+INTERRUPTED_MARK = "[interrupted]"
 
 
 class StopReason(StrEnum):
@@ -60,6 +63,9 @@ class Compaction:
     system_prompt: str
     old_session_id: str
     session_id: str
+    # How many of the turn's appended messages (from the user's on) the compacted list was computed from: the
+    # ones a persisted compaction already holds, verbatim or summarized.
+    appended: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,10 @@ defaults. Secrets are `SecretStr`: they print as ``**********`` and are never ec
 
 from __future__ import annotations
 
+import json
 import os
+import string
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -17,6 +20,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -28,18 +32,48 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-__all__ = ["ConfigError", "Settings", "load_settings", "mask_url", "masked_dump"]
+__all__ = ["ConfigError", "Settings", "load_settings", "mask_url", "masked_dump", "unknown_env_sections"]
 
 _Section = ConfigDict(extra="forbid", validate_default=True)
+# The largest windows offered today are 10M tokens; far beyond that a value is a typo, not a model.
+MAX_CONTEXT_LENGTH = 100_000_000
 
 
 def _split_csv(value: Any) -> Any:
-    if isinstance(value, str):
-        return [item.strip() for item in value.split(",") if item.strip()]
-    return value
+    """A list from ``a,b`` or from a JSON list ``["a", "b"]`` (the usual pydantic-settings form)."""
+    if not isinstance(value, str):
+        return value
+    if value.lstrip().startswith("["):
+        try:
+            items = json.loads(value)
+        except ValueError:
+            raise ValueError("looks like a JSON list but is not valid JSON") from None
+        if not isinstance(items, list) or not all(isinstance(i, str | int) and not isinstance(i, bool)
+                                                  for i in items):
+            raise ValueError("a JSON list here must hold only strings or numbers")
+        return [str(item).strip() for item in items if str(item).strip()]
+    return [item.strip() for item in value.split(",") if item.strip()]
 
 
 CsvList = Annotated[list[str], NoDecode]
+_PLATFORMS = ("discord", "telegram", "console")
+
+
+def _platform_ids(entries: list[str], what: str, kind: str) -> list[str]:
+    """Check the ``platform:id`` form shared by admins and the access lists."""
+    for entry in entries:
+        platform, _, ident = entry.partition(":")
+        if platform not in _PLATFORMS or not ident:
+            raise ValueError(f"{what} {entry!r} must look like discord:<{kind} id>, telegram:<{kind} id> "
+                             "or console:<name>")
+    return entries
+
+
+def _snowflake_list(ids: list[str], what: str) -> list[str]:
+    for ident in ids:
+        if not ident.isdigit():
+            raise ValueError(f"{what} {ident!r} must be a numeric Discord id")
+    return ids
 
 
 class LLMSettings(BaseModel):
@@ -50,11 +84,13 @@ class LLMSettings(BaseModel):
     base_url: str | None = None
     api_key: SecretStr | None = None
     model: str = ""
-    context_length: int | None = Field(default=None, gt=0)
-    max_tokens: int | None = Field(default=None, gt=0)
-    timeout_seconds: float = Field(default=120.0, gt=0)
+    context_length: int | None = Field(default=None, gt=0, le=MAX_CONTEXT_LENGTH)
+    max_tokens: int | None = Field(default=None, gt=0, le=MAX_CONTEXT_LENGTH)
+    timeout_seconds: float = Field(default=120.0, gt=0, le=3600)
     encoding: Literal["o200k_base", "cl100k_base"] = "o200k_base"
     max_iterations: int = Field(default=20, ge=1, le=200)
+    # None: the provider's default. Sent with every agent call (summaries keep their own settings).
+    temperature: float | None = Field(default=None, ge=0, le=2)
 
     @property
     def configured(self) -> bool:
@@ -69,8 +105,8 @@ class CompressionSettings(BaseModel):
     enabled: bool = True
     threshold: float = Field(default=0.50, gt=0, le=1)
     target_ratio: float = Field(default=0.20, gt=0, lt=1)
-    protect_first_n: int = Field(default=3, ge=0)
-    protect_last_n: int = Field(default=20, ge=1)
+    protect_first_n: int = Field(default=3, ge=0, le=1000)
+    protect_last_n: int = Field(default=20, ge=1, le=10_000)
     in_place: bool = True
     abort_on_summary_failure: bool = False
     autoraise: bool = True
@@ -84,7 +120,7 @@ class AuxiliaryModel(BaseModel):
     model: str | None = None
     base_url: str | None = None
     api_key: SecretStr | None = None
-    context_length: int | None = Field(default=None, gt=0)
+    context_length: int | None = Field(default=None, gt=0, le=MAX_CONTEXT_LENGTH)
 
 
 class AuxiliarySettings(BaseModel):
@@ -109,31 +145,95 @@ class PromptCachingSettings(BaseModel):
     cache_ttl: Literal["5m", "1h"] = "5m"
 
 
+PERSONA_FIELDS = frozenset({"bot_name", "platform"})
+
+
+def read_persona(value: str) -> str:
+    """``value`` itself, or the text of the file ``@path`` names."""
+    if not value.startswith("@"):
+        return value
+    path = Path(value[1:]).expanduser()
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read the persona file {path} ({type(exc).__name__})") from None
+
+
+def check_persona_template(text: str) -> str:
+    """Raise ValueError unless ``text`` uses only the {bot_name} / {platform} placeholders."""
+    try:
+        fields = {name for _, name, _, _ in string.Formatter().parse(text) if name is not None}
+    except ValueError as exc:
+        raise ValueError(f"persona text has a stray brace ({exc}); write {{{{ and }}}} for literal braces") from None
+    unknown = fields - PERSONA_FIELDS
+    if unknown:
+        raise ValueError(f"unknown placeholder {{{sorted(unknown)[0]}}}: only {{bot_name}} and {{platform}} are "
+                         "filled in (write {{ and }} for literal braces)")
+    return text
+
+
 class GatewaySettings(BaseModel):
     """Session handling in front of the agent (R-G2…R-G6)."""
 
     model_config = _Section
     hygiene_threshold: float = Field(default=0.85, gt=0, le=1)
-    hygiene_hard_message_limit: int = Field(default=5000, ge=10)
-    idle_expiry_minutes: int | None = Field(default=None, gt=0)
+    hygiene_hard_message_limit: int = Field(default=5000, ge=10, le=10_000_000)
+    # Up to a year: longer is "never", which is the empty value.
+    idle_expiry_minutes: int | None = Field(default=None, gt=0, le=525_600)
     sweep_cron: str | None = "*/30 * * * *"
     admins: CsvList = []
     session_scope: Literal["shared", "per-user"] = "shared"
     # Per-platform overrides, e.g. {"telegram": "per-user"}; platforms not listed use session_scope.
     session_scope_by_platform: dict[Literal["discord", "telegram", "console"], Literal["shared", "per-user"]] = {}
-    group_context_limit: int = Field(default=50, ge=0)
+    # observe: every visible group line is stored in its session (batched); addressed: unaddressed lines are
+    # only kept in memory (group_context_limit of them) and handed to the next question.
+    group_history: Literal["addressed", "observe"] = "observe"
+    group_context_limit: int = Field(default=50, ge=0, le=10_000)
+    # While the database is down, messages of a session wait in memory, in order, up to this many; the next
+    # ones are answered "unavailable".
+    held_messages_per_session: int = Field(default=500, ge=1, le=100_000)
     bot_name: str = "Concord"
+    # The persona: text, or @path to a file holding it; {bot_name} and {platform} are filled in. Unset: the
+    # built-in one. Admins can override it per chat with /persona.
+    system_prompt: str | None = None
+    # Touched every few seconds while the gateway runs; `concord health` (Docker HEALTHCHECK) reads its age.
+    heartbeat_file: Path | None = None
 
-    _split_admins = field_validator("admins", mode="before")(_split_csv)
+    # Access control (`gateway.access`): ``platform:id`` entries like ``admins``; an empty allow list allows all.
+    allow_users: CsvList = []
+    deny_users: CsvList = []
+    allow_chats: CsvList = []
+    # Ignored chats: nothing from them is answered or kept.
+    deny_chats: CsvList = []
+    # Group chats where every message is addressed to the bot (no mention needed).
+    free_response_chats: CsvList = []
+    dm_policy: Literal["open", "allowlist", "pairing"] = "open"
+    pairing_code_minutes: int = Field(default=60, ge=1, le=7 * 24 * 60)
+    # A message arriving while its session's turn runs: queue (answered after), interrupt (the sender's new
+    # message cancels their running turn), collect (a sender's messages within the window become one turn).
+    busy_mode: Literal["queue", "interrupt", "collect"] = "queue"
+    collect_window_seconds: float = Field(default=2.0, gt=0, le=60)
 
-    @field_validator("admins")
+    _split_lists = field_validator("admins", "allow_users", "deny_users", "allow_chats", "deny_chats",
+                                   "free_response_chats", mode="before")(_split_csv)
+
+    @field_validator("admins", "allow_users", "deny_users", "allow_chats", "deny_chats", "free_response_chats")
     @classmethod
-    def _admin_format(cls, admins: list[str]) -> list[str]:
-        for entry in admins:
-            platform, _, user = entry.partition(":")
-            if platform not in ("discord", "telegram", "console") or not user:
-                raise ValueError(f"admin {entry!r} must look like discord:<user id>, telegram:<user id> or console:<name>")
-        return admins
+    def _platform_id_format(cls, entries: list[str], info: ValidationInfo) -> list[str]:
+        what = {"admins": "admin", "allow_users": "user", "deny_users": "user"}.get(info.field_name or "", "chat")
+        return _platform_ids(entries, what, "chat" if what == "chat" else "user")
+
+    @field_validator("system_prompt")
+    @classmethod
+    def _persona_template(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        check_persona_template(read_persona(value))
+        return value
+
+    def persona_template(self) -> str | None:
+        """The configured persona text (read from the file for ``@path``), or None for the built-in one."""
+        return read_persona(self.system_prompt) if self.system_prompt else None
 
     def scope_for(self, platform: str) -> Literal["shared", "per-user"]:
         """The session scope of group chats on ``platform``."""
@@ -178,7 +278,7 @@ class RedisSettings(BaseModel):
 
     model_config = _Section
     url: SecretStr | None = None
-    lock_timeout_seconds: float = Field(default=60.0, gt=0)
+    lock_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
 
     @field_validator("url")
     @classmethod
@@ -197,16 +297,27 @@ class DiscordSettings(BaseModel):
     admin_role_ids: CsvList = []
     admin_role_names: CsvList = []
     slash_commands: bool = False
+    max_image_bytes: int = Field(default=5_000_000, ge=1024, le=100_000_000)
+    drain_seconds: float = Field(default=30.0, ge=0, le=600)
+    # Access control: only these guilds (servers) are served, and with allow_role_ids only members holding one
+    # of these roles (or listed in gateway.allow_users) may use the bot in a guild. Empty: no restriction.
+    allow_guilds: CsvList = []
+    allow_role_ids: CsvList = []
+    # Answers grow in one edited message (false: one message when the answer is complete).
+    streaming: bool = True
 
-    _split = field_validator("admin_role_ids", "admin_role_names", mode="before")(_split_csv)
+    _split = field_validator("admin_role_ids", "admin_role_names", "allow_guilds", "allow_role_ids",
+                             mode="before")(_split_csv)
 
     @field_validator("admin_role_ids")
     @classmethod
     def _snowflakes(cls, ids: list[str]) -> list[str]:
-        for role in ids:
-            if not role.isdigit():
-                raise ValueError(f"role id {role!r} must be a numeric Discord id (use admin_role_names for names)")
-        return ids
+        return _snowflake_list(ids, "role id (use admin_role_names for names)")
+
+    @field_validator("allow_guilds", "allow_role_ids")
+    @classmethod
+    def _allow_snowflakes(cls, ids: list[str], info: ValidationInfo) -> list[str]:
+        return _snowflake_list(ids, "guild id" if info.field_name == "allow_guilds" else "role id")
 
 
 class TelegramSettings(BaseModel):
@@ -219,9 +330,14 @@ class TelegramSettings(BaseModel):
     webhook_url: str | None = None
     webhook_listen: str = "127.0.0.1"
     webhook_port: int = Field(default=8443, gt=0, lt=65536)
+    webhook_path: str = Field(default="telegram", pattern=r"^[A-Za-z0-9_\-./]*$")
     webhook_secret: SecretStr | None = None
     check_chat_admins: bool = False
+    admin_cache_seconds: float = Field(default=60.0, ge=0, le=86_400)
+    drain_seconds: float = Field(default=30.0, ge=0, le=600)
     parse_mode: Literal["html", "plain"] = "html"
+    # Answers grow in one edited message (false: one message when the answer is complete).
+    streaming: bool = True
 
     @model_validator(mode="after")
     def _webhook_needs_url(self) -> TelegramSettings:
@@ -236,6 +352,22 @@ class MemorySettings(BaseModel):
     model_config = _Section
     enabled: bool = True
     directory: Path | None = None
+
+
+class LimitsSettings(BaseModel):
+    """How fast one user or chat may spend the model (`gateway.limits`); unset or 0 means no limit.
+
+    Kept in Redis when ``redis.url`` is set (shared by every worker), in-process otherwise. Admins are exempt.
+    """
+
+    model_config = _Section
+    user_messages_per_minute: int | None = Field(default=None, ge=0, le=100_000)
+    chat_messages_per_minute: int | None = Field(default=None, ge=0, le=100_000)
+    # Prompt + completion tokens as the provider reports them, per UTC day.
+    user_tokens_per_day: int | None = Field(default=None, ge=0, le=10**12)
+    chat_tokens_per_day: int | None = Field(default=None, ge=0, le=10**12)
+    # Messages of one session waiting behind the running one (admins and the console exempt); more get a notice.
+    session_queue_depth: int = Field(default=20, ge=1, le=1000)
 
 
 class LoggingSettings(BaseModel):
@@ -271,6 +403,7 @@ class Settings(BaseSettings):
     discord: DiscordSettings = DiscordSettings()
     telegram: TelegramSettings = TelegramSettings()
     memory: MemorySettings = MemorySettings()
+    limits: LimitsSettings = LimitsSettings()
     logging: LoggingSettings = LoggingSettings()
 
     @classmethod
@@ -332,16 +465,39 @@ def _format_errors(exc: ValidationError) -> str:
     return "invalid configuration:\n" + "\n".join(lines)
 
 
+def unknown_env_sections(environ: Mapping[str, str]) -> list[str]:
+    """``CONCORD_<SECTION>__…`` variables whose section does not exist (a typo pydantic would silently skip)."""
+    sections = set(Settings.model_fields)
+    unknown = []
+    for name in environ:
+        upper = name.upper()
+        if upper.startswith("CONCORD_") and "__" in upper:
+            section = upper.removeprefix("CONCORD_").split("__", 1)[0].lower()
+            if section not in sections:
+                unknown.append(name)
+    return sorted(unknown)
+
+
+def _unknown_section_lines(names: list[str]) -> list[str]:
+    known = ", ".join(Settings.model_fields)
+    return [f"  {name}: unknown section {name.upper().removeprefix('CONCORD_').split('__', 1)[0].lower()!r} "
+            f"(sections: {known})" for name in names]
+
+
 def load_settings(**overrides: Any) -> Settings:
     """Read and validate the configuration; raise `ConfigError` with one readable message on any problem."""
+    unknown = _unknown_section_lines(unknown_env_sections(os.environ))
     try:
-        return Settings(**overrides)
+        settings = Settings(**overrides)
     except ValidationError as exc:
-        raise ConfigError(_format_errors(exc)) from None
+        raise ConfigError("\n".join([_format_errors(exc), *unknown])) from None
     except ConfigError:
         raise
     except (OSError, ValueError, yaml.YAMLError) as exc:  # unreadable / malformed YAML or .env
         raise ConfigError(f"cannot read configuration: {exc}") from None
+    if unknown:
+        raise ConfigError("\n".join(["invalid configuration:", *unknown]))
+    return settings
 
 
 def masked_dump(settings: Settings) -> dict[str, Any]:

@@ -90,6 +90,9 @@ class ContextEngine(ABC):
     # which callers holding them pass so that nothing is re-tokenized); engines written before it existed
     # leave it False and are never passed any.
     accepts_token_counts: bool = False
+    # Which summary template a summarizing engine writes: "task" (an agent at work) or "group" (a group chat's
+    # participants, topics, decisions). Engines that write no summaries ignore it.
+    summary_template: str = "task"
 
     @abstractmethod
     def should_compress(self, prompt_tokens: int | None = None) -> bool:
