@@ -95,6 +95,7 @@ async def compress_session(
     tokens = sessions.rt.counter.count_request(live.messages, system=live.system_prompt,
                                                tools=live.loop.tools.schemas())
     await before_compaction(engine, memory, framed, force=force, notices=notices)
+    engine.number_messages(live.first_seq)
     result = await engine.compress(framed, current_tokens=tokens, focus_topic=focus, force=force)
     if result.aborted:
         await emit_notice(notices, aborted_notice(result.reason))

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from agent.compression.assemble import add_compaction_note
 from agent.memory import MemoryProvider
+from gateway.history import READ_TOOL
 from gateway.keys import SessionKey
 from gateway.recall import RECALL_TOOL
 
 __all__ = ["RECALL_HINT", "build_system_prompt", "speaker_tag"]
 
 RECALL_HINT = (f"Earlier turns compacted away are kept word for word: look up exact values from them "
-               f"(ids, numbers, error texts, constraints) with the {RECALL_TOOL} tool instead of guessing.")
+               f"(ids, numbers, error texts, constraints) with the {RECALL_TOOL} tool, and open a message "
+               f"whole by its number (#N) with {READ_TOOL}, instead of guessing.")
 _PLATFORM_NAMES = {"discord": "Discord", "telegram": "Telegram", "console": "a terminal"}
 # What each platform does with the model's Markdown (Telegram's comes from our own conversion to its HTML).
 _FORMATTING = {

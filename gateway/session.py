@@ -20,6 +20,7 @@ from agent.tools.registry import ToolRegistry
 from agent.turn import LoopConfig
 from gateway.continuity import END_IDLE, continuity_note, previous_idle_session
 from gateway.engine_state import restore_engine_state
+from gateway.history import read_history_tool
 from gateway.keys import SessionKey
 from gateway.prompt import build_system_prompt
 from gateway.recall import recall_tool
@@ -53,6 +54,11 @@ class LiveSession:
     def id(self) -> str:
         """The store's session id."""
         return self.record.id
+
+    @property
+    def first_seq(self) -> int:
+        """The stored number of ``messages[0]``: an active set's sequences are consecutive up to the watermark."""
+        return self.watermark - len(self.messages) + 1
 
     @property
     def system_prompt(self) -> str:
@@ -182,6 +188,7 @@ class SessionManager:
         )
         # Registered last (after the loop exists) so it follows the session id through rotations.
         tools.register(recall_tool(rt.store, lambda: loop.session_id))
+        tools.register(read_history_tool(rt.store, lambda: loop.session_id))
         live = LiveSession(key, record, engine, memory, loop, synced_state=record.engine)
         engine.on_session_start(record.id, [{"role": "system", "content": prompt}, *messages])
         return live

@@ -38,7 +38,9 @@ async def agent_turn(
     loop = live.loop
 
     async def switch(compaction: Compaction) -> str:
-        return await persist_compaction(sessions, live, compaction.result, f"agent: {compaction.trigger}")
+        session_id = await persist_compaction(sessions, live, compaction.result, f"agent: {compaction.trigger}")
+        live.engine.number_messages(live.first_seq)  # the stored set was renumbered
+        return session_id
 
     async def notice(sent: Notice) -> None:
         # The loop reports a compression that gave up only as this notice (once per turn), so it is turned
@@ -48,6 +50,7 @@ async def agent_turn(
         await emit_notice(notices, sent)
 
     loop.notices, loop.events, loop.switch_session = notice, events, switch
+    live.engine.number_messages(live.first_seq)
     try:
         result = await loop.run_turn(live.messages, message)
     finally:
