@@ -123,6 +123,9 @@ class GatewaySettings(BaseModel):
     session_scope_by_platform: dict[Literal["discord", "telegram", "console"], Literal["shared", "per-user"]] = {}
     group_context_limit: int = Field(default=50, ge=0)
     bot_name: str = "Concord"
+    # Pinned rules per chat (/pin): at most this many, and this many tokens of them in all.
+    pins_max_count: int = Field(default=20, ge=0, le=500)
+    pins_max_tokens: int = Field(default=2_000, ge=0, le=100_000)
 
     _split_admins = field_validator("admins", mode="before")(_split_csv)
 

@@ -2,7 +2,8 @@
 
 Rebuilt at session start and after every compaction (R-S4); stable in between so prompt caching holds.
 A session that was compacted before carries the compressor's one-time compaction note and a pointer to
-the search_history tool that looks up what the compaction took out of view.
+the search_history / read_history tools that look up what the compaction took out of view. The chat's
+pinned rules (gateway/pins.py) close the prompt.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ _FORMATTING = {
 }
 
 
-def build_system_prompt(bot_name: str, key: SessionKey, memory: MemoryProvider, *, compacted: bool) -> str:
-    """The system prompt for ``key``'s session."""
+def build_system_prompt(bot_name: str, key: SessionKey, memory: MemoryProvider, *, compacted: bool,
+                        pins: str = "") -> str:
+    """The system prompt for ``key``'s session; ``pins`` (the chat's pinned-rules block) comes last, so it
+    stays one stable block that changes only when a pin does."""
     where = _PLATFORM_NAMES.get(key.platform, key.platform)
     formatting = _FORMATTING.get(key.platform, "Use Markdown sparingly.")
     parts = [f"You are {bot_name}, a helpful assistant chatting on {where}. Answer concisely. {formatting}"]
@@ -43,7 +46,7 @@ def build_system_prompt(bot_name: str, key: SessionKey, memory: MemoryProvider, 
         noted = add_compaction_note({"role": "system", "content": prompt})
         # Part of the note, so the prompt changes only once, at the first compaction (R-K2).
         prompt = f"{noted['content']}\n\n{RECALL_HINT}"
-    return prompt
+    return f"{prompt}\n\n{pins}" if pins else prompt
 
 
 def speaker_tag(name: str, text: str) -> str:

@@ -22,10 +22,11 @@ from gateway.continuity import END_IDLE, continuity_note, previous_idle_session
 from gateway.engine_state import restore_engine_state
 from gateway.history import read_history_tool
 from gateway.keys import SessionKey
+from gateway.pins import pin_tool, pins_block
 from gateway.prompt import build_system_prompt
 from gateway.recall import recall_tool
 from gateway.runtime import Runtime
-from gateway.store import CompactionInfo, EngineState, SessionRecord
+from gateway.store import CompactionInfo, EngineState, PinRecord, SessionRecord
 
 __all__ = ["END_IDLE", "END_NEW", "LiveSession", "SessionManager"]
 
@@ -49,6 +50,8 @@ class LiveSession:
     # worker moved the session on, and the engine must be reloaded.
     synced_state: EngineState | None = None
     pending_note: str | None = None
+    # The chat's pinned rules, as last read from the store (their block ends the system prompt).
+    pins: tuple[PinRecord, ...] = ()
 
     @property
     def id(self) -> str:
@@ -107,6 +110,7 @@ class SessionManager:
         if live is not None and live.id == record.id and _unchanged(live, record):
             # Nobody else wrote to the session since our last turn: the cached active set is current.
             live.record = record
+            await self.refresh_pins(live)
             if remember:
                 self._remember(key, live)
             return live
@@ -120,7 +124,9 @@ class SessionManager:
                 restore_engine_state(live.engine, record.engine)
                 live.synced_state = record.engine
                 live.loop.system_prompt = self.system_prompt(key, live.memory,
-                                                             compacted=record.engine.compression_count > 0)
+                                                             compacted=record.engine.compression_count > 0,
+                                                             pins=live.pins)
+            await self.refresh_pins(live)
         live.messages, live.watermark = active.messages, active.watermark
         if remember:
             self._remember(key, live)
@@ -142,12 +148,24 @@ class SessionManager:
         live.synced_state = record.engine
         live.loop.session_id = record.id
         await live.memory.start_session(record.id)
-        live.loop.system_prompt = self.system_prompt(live.key, live.memory, compacted=True)
+        live.loop.system_prompt = self.system_prompt(live.key, live.memory, compacted=True, pins=live.pins)
         await self.reload(live)
 
-    def system_prompt(self, key: SessionKey, memory: MemoryProvider, *, compacted: bool) -> str:
-        """The session's system prompt as configured."""
-        return build_system_prompt(self.rt.settings.gateway.bot_name, key, memory, compacted=compacted)
+    def system_prompt(self, key: SessionKey, memory: MemoryProvider, *, compacted: bool,
+                      pins: tuple[PinRecord, ...] = ()) -> str:
+        """The session's system prompt as configured, its pinned rules last."""
+        return build_system_prompt(self.rt.settings.gateway.bot_name, key, memory, compacted=compacted,
+                                   pins=pins_block(pins))
+
+    async def refresh_pins(self, live: LiveSession) -> None:
+        """Re-read the chat's pins (another worker, a command or the pin tool may have changed them); the
+        system prompt is rebuilt only when they changed, so it stays byte-stable for prompt caching."""
+        pins = tuple(await self.rt.store.pins.list(live.key.platform, live.key.chat_key))
+        if pins == live.pins:
+            return
+        live.pins = pins
+        live.loop.system_prompt = self.system_prompt(live.key, live.memory, pins=pins,
+                                                     compacted=live.record.engine.compression_count > 0)
 
     async def start_new(self, live: LiveSession, user_id: str | None, reason: str = END_NEW) -> LiveSession:
         """End ``live`` (history kept) and open a fresh session for the same chat (``/new``)."""
@@ -179,7 +197,8 @@ class SessionManager:
         await memory.start_session(record.id)
         tools = ToolRegistry(memory.tools())
         tools.add_engine_tools(engine)
-        prompt = self.system_prompt(key, memory, compacted=record.engine.compression_count > 0)
+        pins = tuple(await rt.store.pins.list(key.platform, key.chat_key))
+        prompt = self.system_prompt(key, memory, compacted=record.engine.compression_count > 0, pins=pins)
         loop = AgentLoop(
             provider=rt.provider, engine=engine, system_prompt=prompt, session_id=record.id, tools=tools,
             memory=memory, max_tokens=rt.settings.llm.max_tokens, model=rt.model or None, counter=rt.counter,
@@ -189,7 +208,9 @@ class SessionManager:
         # Registered last (after the loop exists) so it follows the session id through rotations.
         tools.register(recall_tool(rt.store, lambda: loop.session_id))
         tools.register(read_history_tool(rt.store, lambda: loop.session_id))
-        live = LiveSession(key, record, engine, memory, loop, synced_state=record.engine)
+        live = LiveSession(key, record, engine, memory, loop, synced_state=record.engine, pins=pins)
+        if not key.is_group:
+            tools.register(pin_tool(rt, key, lambda: self.refresh_pins(live)))
         engine.on_session_start(record.id, [{"role": "system", "content": prompt}, *messages])
         return live
 
