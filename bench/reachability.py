@@ -12,7 +12,9 @@ size, static summary, so it runs without a model; the archived rows exist as in 
 - exact: ``search_history`` with the fact itself returns it in a snippet;
 - topic: ``search_history`` with two distinctive words of the message that held the fact (the rarest words
   of that message in its transcript, none taken from the fact) returns it in a snippet; ``+read``: it is in
-  one of the top 3 hits opened whole (``read_history``);
+  one of the top 3 hits opened whole (``read_history``). A message that is the fact and little else (a
+  one-line chat message, a bare error output) has no other words: its query comes from the message just
+  before it, and each hit is opened with the message after it (``read_history`` with ``after=1``);
 - reachable: kept, or topic + read — what an agent that does not know the value can get.
 Per corpus and fact kind, with the compression ratio (all transcripts, and those over 100K tokens). LoCoMo's
 questions: how many evidence turns of the compacted middle a question's own distinctive words find.
@@ -34,10 +36,10 @@ from typing import Any
 
 from agent.compression.compressor import ContextCompressor
 from agent.compression.evidence import FACT_KINDS, Fact, extract_facts
+from agent.compression.messages import plain_text
 from agent.compression.redact import redact_secrets
-from agent.tokens import get_counter, message_text
+from agent.tokens import get_counter
 from bench.corpus import KINDS, Transcript, iter_transcripts
-from gateway.history import message_body
 from gateway.store import Store
 
 __all__ = ["Cell", "TranscriptResult", "main", "measure_transcript", "probe_of", "topic_query"]
@@ -47,7 +49,8 @@ TARGET_KEPT = {"path": 0.90, "command": 0.90, "error": 0.80, "constraint": 0.80}
 TARGET_REACHABLE = 0.95
 TARGET_RATIO = 5.0
 LONG_TOKENS = 100_000
-_WORD = re.compile(r"[A-Za-z][A-Za-z0-9]{3,}")
+# Whole words of letters as the word index splits them (not the tail of a hex id such as 0x7f3a…).
+_WORD = re.compile(r"(?<![A-Za-z0-9])[A-Za-z]{4,}(?![A-Za-z0-9])")
 _STOP = frozenset("""
 about above after again against also among another because been before being below between both could does
 doing down during each either every from further have having here hers herself himself into itself just
@@ -135,8 +138,9 @@ async def _store_and_compress(store: Store, transcript: Transcript) -> tuple[str
     return record.id, framed, result, first_seq
 
 
-async def _found_in(store: Store, session_id: str, query: str, probe: str) -> tuple[bool, bool]:
-    """(probe in a hit's snippet, probe in one of the top hits read whole)."""
+async def _found_in(store: Store, session_id: str, query: str, probe: str, *,
+                    after: int = 0) -> tuple[bool, bool]:
+    """(probe in a hit's snippet, probe in one of the top hits read whole — with ``after`` next messages)."""
     if not query:
         return False, False
     hits = await store.search(query, session_ids=[session_id], skip_active_of=session_id, limit=8,
@@ -146,8 +150,8 @@ async def _found_in(store: Store, session_id: str, query: str, probe: str) -> tu
     if in_snippet:
         return True, True
     for hit in hits[:_READ_TOP]:
-        [record] = await store.messages.around([session_id], hit.seq) or [None]
-        if record is not None and flat in _flat(redact_secrets(message_body(record.message))):
+        opened = await store.messages.around([session_id], hit.seq, after=after)
+        if any(flat in _flat(redact_secrets(plain_text(r.message))) for r in opened):
             return False, True
     return False, False
 
@@ -161,9 +165,9 @@ async def measure_transcript(store: Store, transcript: Transcript, sample: int) 
     offset = 1 if framed and framed[0].get("role") == "system" else 0
     head, tail = framed[: result.head_end], framed[result.tail_start :]
     middle = framed[result.head_end : result.tail_start]
-    outside = _flat("\n".join(message_text(m) for m in (*head, *tail)))
-    window = _flat("\n".join(message_text(m) for m in result.messages))
-    texts = {first_seq + i - offset: message_text(m) for i, m in enumerate(framed) if i >= offset}
+    outside = _flat("\n".join(plain_text(m) for m in (*head, *tail)))
+    window = _flat("\n".join(plain_text(m) for m in result.messages))
+    texts = {first_seq + i - offset: plain_text(m) for i, m in enumerate(framed) if i >= offset}
     frequency: Counter[str] = Counter()
     for text in texts.values():
         frequency.update({w.lower() for w in _WORD.findall(text)})
@@ -182,7 +186,12 @@ async def measure_transcript(store: Store, transcript: Transcript, sample: int) 
             cell.kept += kept
             exact, _ = await _found_in(store, session_id, probe, probe)
             cell.exact += exact
-            topic, read = await _found_in(store, session_id, topic_query(texts[fact.seq], probe, frequency), probe)
+            query, after = topic_query(texts[fact.seq], probe, frequency), 0
+            if len(query.split()) < 2 and fact.seq - 1 in texts:
+                # The message is the fact and little else (a one-line chat message, a bare error output):
+                # its topic is what came just before; the agent opens that hit with the message after it.
+                query, after = topic_query(texts[fact.seq - 1], probe, frequency), 1
+            topic, read = await _found_in(store, session_id, query, probe, after=after)
             cell.topic += topic
             cell.topic_read += read
             cell.reachable += kept or read

@@ -10,18 +10,16 @@ user's DM. Secrets are redacted before any paging, so no page shows part of one.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
-from agent.compression.describe import call_arguments
-from agent.compression.messages import Message, content_text, has_image, tool_calls_of
+from agent.compression.messages import plain_text
 from agent.compression.redact import redact_secrets
 from agent.tools.registry import Tool
 from gateway.recall import conversation_sessions
 from gateway.store import MessageRecord, Store
 
-__all__ = ["DEFAULT_PAGE_CHARS", "MAX_NEIGHBOURS", "MAX_PAGE_CHARS", "READ_TOOL", "message_body", "read_history_tool"]
+__all__ = ["DEFAULT_PAGE_CHARS", "MAX_NEIGHBOURS", "MAX_PAGE_CHARS", "READ_TOOL", "read_history_tool"]
 
 READ_TOOL = "read_history"
 DEFAULT_PAGE_CHARS = 4_000
@@ -30,26 +28,6 @@ MIN_PAGE_CHARS = 200
 MAX_NEIGHBOURS = 5
 _NEIGHBOUR_CHARS = 800
 _MAX_RESULT_CHARS = MAX_PAGE_CHARS + 2 * MAX_NEIGHBOURS * (_NEIGHBOUR_CHARS + 200) + 500
-
-
-def _argument_lines(call: Any) -> list[str]:
-    args = call_arguments(call)
-    if not args:
-        raw = str((call.get("function") or {}).get("arguments") or "")
-        return [raw] if raw else []
-    # Values unescaped (a command or a file body reads as typed, not as a JSON string).
-    return [f"{k}: {v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}" for k, v in args.items()]
-
-
-def message_body(message: Message) -> str:
-    """A stored message as the text ``read_history`` pages through: its text, then each tool call."""
-    parts = [content_text(message)] if content_text(message) else []
-    if has_image(message):
-        parts.append("[image attached]")
-    for call in tool_calls_of(message):
-        name = (call.get("function") or {}).get("name") or "tool"
-        parts.append("\n".join([f"[call {name}]", *_argument_lines(call)]))
-    return "\n".join(parts)
 
 
 def _header(record: MessageRecord, current: str, length: int) -> str:
@@ -68,7 +46,7 @@ def _page(text: str, offset: int, size: int, seq: int) -> str:
 
 
 def _render(record: MessageRecord, current: str, *, offset: int, size: int) -> str:
-    text = redact_secrets(message_body(record.message))
+    text = redact_secrets(plain_text(record.message))
     if offset and offset >= len(text):
         return f"{_header(record, current, len(text))}\nNothing at offset {offset:,}: the message is shorter."
     return f"{_header(record, current, len(text))}\n{_page(text, offset, size, record.seq)}"

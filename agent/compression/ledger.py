@@ -44,7 +44,7 @@ _KIND_OF = {label: kind for kind, label in LABELS.items()}
 SECTION_OF = {"path": "Relevant Files", "constraint": "Constraints & Preferences"}
 _DEFAULT_SECTION = "Critical Context"
 # First-round share of the cap per kind; rules and errors are few and precious, numbers many and cheap.
-_QUOTA = {"constraint": 0.15, "error": 0.15, "command": 0.25, "path": 0.2, "id": 0.1, "url": 0.05, "number": 0.1}
+_QUOTA = {"constraint": 0.15, "error": 0.1, "command": 0.35, "path": 0.2, "id": 0.05, "url": 0.05, "number": 0.05}
 
 _LINE_RE = re.compile(rf"^- #(\d+) ({'|'.join(LABELS.values())}): (.+)$")
 _COVERAGE_RE = re.compile(r"^Messages #(\d+)–#(\d+) of this conversation were compacted\b.*$")
