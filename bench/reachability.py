@@ -13,8 +13,9 @@ size, static summary, so it runs without a model; the archived rows exist as in 
 - topic: ``search_history`` with two distinctive words of the message that held the fact (the rarest words
   of that message in its transcript, none taken from the fact) returns it in a snippet; ``+read``: it is in
   one of the top 3 hits opened whole (``read_history``). A message that is the fact and little else (a
-  one-line chat message, a bare error output) has no other words: its query comes from the message just
-  before it, and each hit is opened with the message after it (``read_history`` with ``after=1``);
+  one-line chat message, a bare error output) has no other words: its query comes from the nearest of the
+  three messages before it, and each hit is opened with the messages after it up to the fact
+  (``read_history`` with ``after``);
 - reachable: kept, or topic + read — what an agent that does not know the value can get.
 Per corpus and fact kind, with the compression ratio (all transcripts, and those over 100K tokens). LoCoMo's
 questions: how many evidence turns of the compacted middle a question's own distinctive words find.
@@ -59,6 +60,8 @@ their theirs them themselves then there these they this those through under unti
 where which while whom will with within without would your yours yourself yeah okay sure thanks thank please
 """.split())
 _READ_TOP = 3
+_LOOK_BACK = 3
+_COMMON_SHARE = 0.2
 
 
 @dataclass
@@ -100,14 +103,30 @@ def probe_of(fact: Fact) -> str:
     return text.removesuffix("…")
 
 
-def topic_query(source: str, probe: str, document_frequency: Counter[str]) -> str:
+def topic_query(source: str, probe: str, document_frequency: Counter[str], messages: int = 0) -> str:
     """Two distinctive words of ``source`` that are not part of ``probe``: the rarest in the transcript
-    (then the longest); '' when the message has no such word."""
+    (then the longest), leaving out words in more than a fifth of its ``messages`` (a wrapper such as
+    "returncode" in every tool output distinguishes nothing); '' when the message has no such word."""
     inside = _flat(probe)
     words = {w.lower() for w in _WORD.findall(source)} - _STOP
-    candidates = [w for w in words if w not in inside]
+    common = messages * _COMMON_SHARE if messages else float("inf")
+    candidates = [w for w in words if w not in inside and document_frequency[w] <= common]
     candidates.sort(key=lambda w: (document_frequency[w], -len(w), w))
     return " ".join(candidates[:2])
+
+
+def _topic(texts: dict[int, str], seq: int, probe: str, frequency: Counter[str]) -> tuple[str, int]:
+    """(query, messages to read after each hit). A message that is the fact and little else (a one-line chat
+    message, a bare error output) has no topic words of its own: the query comes from the nearest of the
+    three messages before it that has two, and each hit is opened with the messages up to the fact."""
+    own = topic_query(texts[seq], probe, frequency, len(texts))
+    if len(own.split()) >= 2:
+        return own, 0
+    for back in range(1, _LOOK_BACK + 1):
+        query = topic_query(texts.get(seq - back, ""), probe, frequency, len(texts))
+        if len(query.split()) >= 2:
+            return query, back
+    return own, 0
 
 
 def _sample(facts: list[Fact], limit: int) -> list[Fact]:
@@ -186,11 +205,7 @@ async def measure_transcript(store: Store, transcript: Transcript, sample: int) 
             cell.kept += kept
             exact, _ = await _found_in(store, session_id, probe, probe)
             cell.exact += exact
-            query, after = topic_query(texts[fact.seq], probe, frequency), 0
-            if len(query.split()) < 2 and fact.seq - 1 in texts:
-                # The message is the fact and little else (a one-line chat message, a bare error output):
-                # its topic is what came just before; the agent opens that hit with the message after it.
-                query, after = topic_query(texts[fact.seq - 1], probe, frequency), 1
+            query, after = _topic(texts, fact.seq, probe, frequency)
             topic, read = await _found_in(store, session_id, query, probe, after=after)
             cell.topic += topic
             cell.topic_read += read
@@ -206,7 +221,7 @@ async def _locomo(store: Store, session_id: str, transcript: Transcript, scored:
     """Evidence turns of the compacted middle that a query from the question's own words reaches."""
     index: dict[str, int] = transcript.meta.get("dia_index", {})
     for qa in transcript.meta.get("qa", ()):
-        query = topic_query(qa.question, str(qa.answer or ""), frequency)
+        query = topic_query(qa.question, str(qa.answer or ""), frequency, len(index))
         wanted = {first_seq + index[e] - offset for e in qa.evidence
                   if e in index and result.head_end <= index[e] < result.tail_start}
         if not wanted or not query:

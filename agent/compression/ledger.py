@@ -7,8 +7,8 @@ ledger is written by this code, never by the summary model: lines of this shape 
 removed and the deterministic ones put back, after the model's text.
 
 Bounded newest first by a token cap that scales with the summary budget. Each kind first gets its own share
-of the cap (so a flood of numbers from one log cannot push every rule out), then what is left goes to the
-newest remaining facts. An iterative compression parses the previous summary's ledger and carries it over;
+of the cap (so a flood of numbers from one log cannot push every rule out), then what is left goes kind by
+kind — rules, errors, commands, paths before identifiers, URLs and numbers — newest first. An iterative compression parses the previous summary's ledger and carries it over;
 when the cap is reached, the oldest entries go first.
 """
 
@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 # The ledger may take up to this share of the summary budget on top of the summary itself.
-LEDGER_SHARE = 0.75
+LEDGER_SHARE = 1.0
 LABELS = {"constraint": "rule", "error": "error", "command": "cmd", "path": "path", "id": "id", "url": "url",
           "number": "num"}
 _KIND_OF = {label: kind for kind, label in LABELS.items()}
@@ -106,8 +106,8 @@ def merge_facts(older: Iterable[Fact], newer: Iterable[Fact]) -> list[Fact]:
 
 
 def select_facts(facts: Sequence[Fact], cap_tokens: int, cost: Callable[[str], int]) -> list[Fact]:
-    """The facts that fit ``cap_tokens``, newest first per kind within its quota, then newest overall;
-    returned in message order."""
+    """The facts that fit ``cap_tokens``: newest first per kind within its quota, then the rest of the cap kind
+    by kind (in `FACT_KINDS` order), newest first; returned in message order."""
     by_kind: dict[str, list[tuple[int, Fact]]] = {kind: [] for kind in FACT_KINDS}
     for index, fact in enumerate(facts):
         by_kind[fact.kind].append((index, fact))
@@ -122,14 +122,16 @@ def select_facts(facts: Sequence[Fact], cap_tokens: int, cost: Callable[[str], i
             chosen.add(index)
             spent += price
         used += spent
-    for index in range(len(facts) - 1, -1, -1):
-        if index in chosen:
-            continue
-        price = cost(ledger_line(facts[index])) + 1
-        if used + price > cap_tokens:
-            continue
-        chosen.add(index)
-        used += price
+    # What is left goes kind by kind in the same order (what a continuing agent needs most first), newest first.
+    for kind in FACT_KINDS:
+        for index, fact in reversed(by_kind[kind]):
+            if index in chosen:
+                continue
+            price = cost(ledger_line(fact)) + 1
+            if used + price > cap_tokens:
+                continue
+            chosen.add(index)
+            used += price
     return [facts[i] for i in sorted(chosen)]
 
 
