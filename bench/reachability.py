@@ -14,8 +14,8 @@ size, static summary, so it runs without a model; the archived rows exist as in 
   of that message in its transcript, none taken from the fact) returns it in a snippet; ``+read``: it is in
   one of the top 3 hits opened whole (``read_history``). A message that is the fact and little else (a
   one-line chat message, a bare error output) has no other words: its query comes from the nearest of the
-  three messages before it, and each hit is opened with the messages after it up to the fact
-  (``read_history`` with ``after``);
+  three messages before it (then the two after it), and each hit is opened with its neighbours up to the fact
+  (``read_history`` with ``after`` / ``before``);
 - reachable: kept, or topic + read — what an agent that does not know the value can get.
 Per corpus and fact kind, with the compression ratio (all transcripts, and those over 100K tokens). LoCoMo's
 questions: how many evidence turns of the compacted middle a question's own distinctive words find.
@@ -61,6 +61,7 @@ where which while whom will with within without would your yours yourself yeah o
 """.split())
 _READ_TOP = 3
 _LOOK_BACK = 3
+_LOOK_AHEAD = 2
 _COMMON_SHARE = 0.2
 
 
@@ -116,16 +117,17 @@ def topic_query(source: str, probe: str, document_frequency: Counter[str], messa
 
 
 def _topic(texts: dict[int, str], seq: int, probe: str, frequency: Counter[str]) -> tuple[str, int]:
-    """(query, messages to read after each hit). A message that is the fact and little else (a one-line chat
-    message, a bare error output) has no topic words of its own: the query comes from the nearest of the
-    three messages before it that has two, and each hit is opened with the messages up to the fact."""
+    """(query, offset of the fact from the message the query comes from). A message that is the fact and
+    little else (a one-line chat message, a bare error output) has no topic words of its own: the query comes
+    from the nearest of the three messages before it (then the two after it) that has two, and each hit is
+    opened with its neighbours up to the fact."""
     own = topic_query(texts[seq], probe, frequency, len(texts))
     if len(own.split()) >= 2:
         return own, 0
-    for back in range(1, _LOOK_BACK + 1):
-        query = topic_query(texts.get(seq - back, ""), probe, frequency, len(texts))
+    for shift in (*range(1, _LOOK_BACK + 1), *range(-1, -_LOOK_AHEAD - 1, -1)):
+        query = topic_query(texts.get(seq - shift, ""), probe, frequency, len(texts))
         if len(query.split()) >= 2:
-            return query, back
+            return query, shift
     return own, 0
 
 
@@ -158,8 +160,9 @@ async def _store_and_compress(store: Store, transcript: Transcript) -> tuple[str
 
 
 async def _found_in(store: Store, session_id: str, query: str, probe: str, *,
-                    after: int = 0) -> tuple[bool, bool]:
-    """(probe in a hit's snippet, probe in one of the top hits read whole — with ``after`` next messages)."""
+                    shift: int = 0) -> tuple[bool, bool]:
+    """(probe in a hit's snippet, probe in one of the top hits read whole — with the ``shift`` messages
+    after it, or before it when negative)."""
     if not query:
         return False, False
     hits = await store.search(query, session_ids=[session_id], skip_active_of=session_id, limit=8,
@@ -169,7 +172,7 @@ async def _found_in(store: Store, session_id: str, query: str, probe: str, *,
     if in_snippet:
         return True, True
     for hit in hits[:_READ_TOP]:
-        opened = await store.messages.around([session_id], hit.seq, after=after)
+        opened = await store.messages.around([session_id], hit.seq, after=max(shift, 0), before=max(-shift, 0))
         if any(flat in _flat(redact_secrets(plain_text(r.message))) for r in opened):
             return False, True
     return False, False
@@ -205,8 +208,8 @@ async def measure_transcript(store: Store, transcript: Transcript, sample: int) 
             cell.kept += kept
             exact, _ = await _found_in(store, session_id, probe, probe)
             cell.exact += exact
-            query, after = _topic(texts, fact.seq, probe, frequency)
-            topic, read = await _found_in(store, session_id, query, probe, after=after)
+            query, shift = _topic(texts, fact.seq, probe, frequency)
+            topic, read = await _found_in(store, session_id, query, probe, shift=shift)
             cell.topic += topic
             cell.topic_read += read
             cell.reachable += kept or read
