@@ -42,29 +42,29 @@ _EXIT_RE = re.compile(
     r"[\s:=\"']{0,4}(-?\d{1,3})\b"
 )
 
-_URL_RE = re.compile(r"\bhttps?://[^\s<>\"'`)\]}]+")
+_URL_RE = re.compile(r"https?://[^\s<>\"'`)\]}]+")
 _EXTENSIONS = (
     "py|pyi|js|jsx|ts|tsx|mjs|cjs|json|jsonl|ya?ml|toml|ini|cfg|conf|md|rst|txt|csv|tsv|log|sh|bash|zsh|ps1|"
     "c|h|cc|cpp|hpp|cs|go|rs|java|kt|swift|rb|php|pl|lua|sql|html?|css|scss|vue|svelte|xml|lock|env|"
     "dockerfile|mk|gradle|proto|ipynb|patch|diff|service|timer|socket|deb|rpm|tar|gz|tgz|zip|so|dll|exe|iso|img"
 )
-# An absolute/relative path of 2+ segments, or a name with a known extension (bare or inside a path).
+_EXTENSION_SET = frozenset(_EXTENSIONS.replace("ya?ml", "yml|yaml").replace("html?", "htm|html").split("|"))
+# A whole token that is an absolute/relative path of 2+ segments, or a name with a known extension.
 _PATH_RE = re.compile(
-    rf"(?<![\w/.:@-])(?:"
-    rf"(?:~|\.{{1,2}})?/(?:[\w.+@-]+/)*[\w.+@-]+(?:/[\w.+@-]+)+/?"     # /usr/bin/env, ./a/b, ~/x/y
+    rf"(?:(?:~|\.{{1,2}})?/(?:[\w.+@-]+/)*[\w.+@-]+(?:/[\w.+@-]+)+/?"     # /usr/bin/env, ./a/b, ~/x/y
     rf"|(?:[\w.+@-]+/)+[\w.+@-]+\.(?:{_EXTENSIONS})"                  # src/app.py
-    rf"|~?/[\w.+@-]+\.(?:{_EXTENSIONS})"                              # /etc.conf, ~/.bashrc-like with ext
-    rf"|[\w+@-][\w.+@-]*\.(?:{_EXTENSIONS})"                          # config.py
-    rf")(?![\w/-])",
+    rf"|~?/[\w.+@-]+\.(?:{_EXTENSIONS})"                              # /etc.conf
+    rf"|[\w+@-][\w.+@-]*\.(?:{_EXTENSIONS}))",                        # config.py
     re.I,
 )
-_HEX_RE = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b")
+_TOKEN_EDGES = "'\"`()<>[]{},;:|=*!?"
+_HEX_RE = re.compile(r"\b[0-9a-f]{7,40}\b")  # with a digit and a letter (checked after: lookaheads are slow)
 _UUID_RE = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I)
 _ISSUE_RE = re.compile(r"(?i)(?:\b(?:PR|pull request|issue|ticket|bug|MR)\s*#?\s*\d{1,7}\b|(?<![\w&#])#\d{2,7}\b)")
 _VERSION_RE = re.compile(r"(?<![\w.])v?\d+\.\d+(?:\.\d+)+(?:[-+][\w.]+)?\b|\bv\d+\.\d+\b")
 # Codes such as booking references (ZFA04Y), tickets (OPS-1234), user ids (mia_li_3668).
 _CODE_RE = re.compile(
-    r"\b(?:(?=[A-Z0-9]*\d)(?=[0-9]*[A-Z])[A-Z0-9]{5,12}"
+    r"\b(?:[A-Z0-9]{5,12}"
     r"|[A-Z][A-Z0-9]{1,9}-\d{1,7}"
     r"|[a-z]+(?:_[a-z]+)+_\d{3,})\b"
 )
@@ -91,6 +91,14 @@ _ERROR_RE = re.compile(
     r"|.*?:\s(?:command not found|No such file or directory|Permission denied)$"
     r")"
 )
+
+# Cheap literal checks before the costlier scans: no cue word, no rule; no error word, no error line.
+_CUES = ("must", "never", "always", "n't", "not ", "prefer", "only", "avoid", "make sure", "shall", "should",
+         "dont", "必须", "务必", "一定", "不", "禁止", "请勿", "千万", "永远", "始终", "只", "别", "优先", "喜欢",
+         "偏好", "宁可", "一律")
+_ISSUE_WORDS = ("PR", "pull request", "issue", "Issue", "ticket", "Ticket", "bug", "Bug", "MR")
+_ERROR_WORDS = ("Error", "Exception", "error", "ERROR", "FAIL", "fatal", "FATAL", "panic", "ERR!", "E:",
+                "Exit", "Interrupt", "Failure", "Fault", "fault", "not found", "No such file", "Permission denied")
 
 # --- constraints ---------------------------------------------------------------------------------------
 
@@ -169,31 +177,56 @@ def extract_constraints(text: str) -> list[str]:
     return found
 
 
+def _mixed(token: str) -> bool:
+    """Letters and digits both (a hash or a code, not a word or a plain number)."""
+    return any(c.isdigit() for c in token) and any(c.isalpha() for c in token)
+
+
 def _ids(text: str) -> Iterator[str]:
-    for pattern in (_UUID_RE, _HEX_RE, _ISSUE_RE, _VERSION_RE, _CODE_RE):
-        yield from (m.group(0) for m in pattern.finditer(text))
+    if "-" in text:
+        yield from _UUID_RE.findall(text)
+    yield from (h for h in _HEX_RE.findall(text) if _mixed(h))
+    if "#" in text or any(word in text for word in _ISSUE_WORDS):
+        yield from (m.group(0) for m in _ISSUE_RE.finditer(text))
+    if "." in text:
+        yield from (m.group(0) for m in _VERSION_RE.finditer(text))
+    yield from (c for c in _CODE_RE.findall(text) if "_" in c or "-" in c or _mixed(c))
 
 
 def _paths(text: str) -> Iterator[str]:
-    for match in _PATH_RE.finditer(_URL_RE.sub(" ", text)):
-        path = match.group(0).rstrip(".,:;")
+    # Token by token: one regex over the whole text backtracks at every position (10× slower).
+    for token in text.split():
+        if "/" not in token and "." not in token:
+            continue
+        if "://" in token:
+            continue
+        # "src/app.py:42:" (grep, tracebacks) and "tests/x.py::test_y" (pytest) name the file before the colon.
+        path = token.strip(_TOKEN_EDGES).split(":", 1)[0].rstrip(".,;")
+        if "/" not in path and path.rsplit(".", 1)[-1].lower() not in _EXTENSION_SET:
+            continue
         # A bare "1.5" style version or "e.g" is not a file; a path has a letter in its last segment.
-        if re.search(r"[A-Za-z]", path.rsplit("/", 1)[-1]):
+        if _PATH_RE.fullmatch(path) and any(c.isalpha() for c in path.rsplit("/", 1)[-1]):
             yield path
 
 
 def _errors(text: str) -> Iterator[str]:
+    if not any(word in text for word in _ERROR_WORDS):
+        return
     for line in text.splitlines():
         if _ERROR_RE.match(line):
             yield line.strip()
 
 
-def _text_facts(text: str, user: bool) -> Iterator[tuple[str, str]]:
+def _text_facts(text: str, user: bool, values: bool) -> Iterator[tuple[str, str]]:
     text = _scanned(text)
-    if user:
+    lowered = text.lower() if user else ""
+    if user and any(cue in lowered for cue in _CUES):
         yield from (("constraint", s) for s in extract_constraints(text))
     yield from (("error", e) for e in _errors(text))
-    yield from (("url", u.rstrip(".,:;")) for u in _URL_RE.findall(text))
+    if not values:
+        return
+    if "http" in text:
+        yield from (("url", u.rstrip(".,:;")) for u in _URL_RE.findall(text))
     yield from (("path", p) for p in _paths(text))
     yield from (("id", i) for i in _ids(text))
     yield from (("number", n.group(0)) for n in _NUMBER_RE.finditer(_PROGRESS_RE.sub(" ", text)))
@@ -224,9 +257,12 @@ def _call_facts(call: Mapping[str, Any], result: str | None) -> Iterator[tuple[s
             yield from (("url", u.rstrip(".,:;")) for u in _URL_RE.findall(value[:_SCAN_HEAD]))
 
 
-def facts_of_message(message: Message, seq: int, results: Mapping[str, str] | None = None) -> list[Fact]:
+def facts_of_message(message: Message, seq: int, results: Mapping[str, str] | None = None, *,
+                     values: bool = True) -> list[Fact]:
     """The facts of one message, ``seq`` being its number; ``results`` maps tool-call ids to their result
-    text (for the exit status of a command). A handoff summary or a system prompt gives none."""
+    text (for the exit status of a command). ``values=False`` skips the costly scan of the text for paths,
+    URLs, ids and numbers (rules, errors and the calls' commands and paths are still taken). A handoff
+    summary or a system prompt gives none."""
     role = message.get("role")
     text = content_text(message)
     if role == "system" or is_summary_text(text):
@@ -234,7 +270,7 @@ def facts_of_message(message: Message, seq: int, results: Mapping[str, str] | No
     pairs: list[tuple[str, str]] = []
     for call in tool_calls_of(message):
         pairs.extend(_call_facts(call, (results or {}).get(str(call.get("id")))))
-    pairs.extend(_text_facts(text, role == "user"))
+    pairs.extend(_text_facts(text, role == "user", values))
     counts: dict[str, int] = {}
     seen: set[tuple[str, str]] = set()
     facts: list[Fact] = []
@@ -248,15 +284,22 @@ def facts_of_message(message: Message, seq: int, results: Mapping[str, str] | No
     return facts
 
 
-def extract_facts(messages: Sequence[Message], number: Callable[[int], int]) -> list[Fact]:
+def extract_facts(messages: Sequence[Message], number: Callable[[int], int], *,
+                  scan_chars: int | None = None) -> list[Fact]:
     """Every fact of ``messages`` in message order, each once (the newest occurrence wins).
 
-    ``number(i)`` is the message number of ``messages[i]`` (the store's sequence, or a position).
+    ``number(i)`` is the message number of ``messages[i]`` (the store's sequence, or a position). With
+    ``scan_chars``, only the newest messages, that many characters of their text, are scanned for paths,
+    URLs, ids and numbers (the costly scan): a bounded ledger keeps the newest facts anyway. Rules, errors
+    and the calls' commands and paths are taken from every message.
     """
     results = {str(m.get("tool_call_id")): content_text(m) for m in messages if m.get("role") == "tool"}
     newest: dict[tuple[str, str], Fact] = {}
-    for i, message in enumerate(messages):
-        for fact in facts_of_message(message, number(i), results):
-            newest.pop((fact.kind, fact.text), None)
-            newest[(fact.kind, fact.text)] = fact
-    return list(newest.values())
+    scanned = 0
+    for i in range(len(messages) - 1, -1, -1):
+        values = scan_chars is None or scanned < scan_chars
+        if values and scan_chars is not None:
+            scanned += min(len(content_text(messages[i])), _SCAN_HEAD + _SCAN_TAIL)
+        for fact in facts_of_message(messages[i], number(i), results, values=values):
+            newest.setdefault((fact.kind, fact.text), fact)
+    return sorted(newest.values(), key=lambda f: f.seq)
