@@ -96,6 +96,7 @@ _ERROR_RE = re.compile(
 _CUES = ("must", "never", "always", "n't", "not ", "prefer", "only", "avoid", "make sure", "shall", "should",
          "dont", "必须", "务必", "一定", "不", "禁止", "请勿", "千万", "永远", "始终", "只", "别", "优先", "喜欢",
          "偏好", "宁可", "一律")
+_MAX_ERROR_LINES = 400
 _ISSUE_WORDS = ("PR", "pull request", "issue", "Issue", "ticket", "Ticket", "bug", "Bug", "MR")
 _ERROR_WORDS = ("Error", "Exception", "error", "ERROR", "FAIL", "fatal", "FATAL", "panic", "ERR!", "E:",
                 "Exit", "Interrupt", "Failure", "Fault", "fault", "not found", "No such file", "Permission denied")
@@ -210,11 +211,20 @@ def _paths(text: str) -> Iterator[str]:
 
 
 def _errors(text: str) -> Iterator[str]:
-    if not any(word in text for word in _ERROR_WORDS):
-        return
-    for line in text.splitlines():
-        if _ERROR_RE.match(line):
-            yield line.strip()
+    """Error lines in text order; only lines holding an error word are tried (``str.find`` is fast, a
+    line-by-line regex over a long log is not)."""
+    starts: dict[int, str] = {}
+    for word in _ERROR_WORDS:
+        at = text.find(word)
+        while at >= 0 and len(starts) < _MAX_ERROR_LINES:
+            start = text.rfind("\n", 0, at) + 1
+            end = text.find("\n", at)
+            end = len(text) if end < 0 else end
+            if start not in starts:
+                line = text[start:end]
+                starts[start] = line.strip() if _ERROR_RE.match(line) else ""
+            at = text.find(word, end)
+    yield from (line for _, line in sorted(starts.items()) if line)
 
 
 def _text_facts(text: str, user: bool, values: bool) -> Iterator[tuple[str, str]]:
