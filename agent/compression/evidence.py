@@ -93,8 +93,8 @@ _ERROR_RE = re.compile(
 )
 
 # Cheap literal checks before the costlier scans: no cue word, no rule; no error word, no error line.
-_CUES = ("must", "never", "always", "n't", "not ", "prefer", "only", "avoid", "make sure", "shall", "should",
-         "dont", "必须", "务必", "一定", "不", "禁止", "请勿", "千万", "永远", "始终", "只", "别", "优先", "喜欢",
+_CUES = ("must", "never", "always", "don't", "do not", "dont", "prefer", "only", "avoid", "make sure", "shall",
+         "should", "必须", "务必", "一定", "不", "禁止", "请勿", "千万", "永远", "始终", "只", "别", "优先", "喜欢",
          "偏好", "宁可", "一律")
 _MAX_ERROR_LINES = 400
 _ISSUE_WORDS = ("PR", "pull request", "issue", "Issue", "ticket", "Ticket", "bug", "Bug", "MR")
