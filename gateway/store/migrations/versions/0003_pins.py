@@ -1,7 +1,7 @@
 """Pinned rules per conversation (a chat: platform + chat key), kept across rotations, /new and restarts.
 
-Revision ID: 0002_pins
-Revises: 0001
+Revision ID: 0003_pins
+Revises: 0002
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0002_pins"
-down_revision = "0001"
+revision = "0003_pins"
+down_revision = "0002"
 branch_labels = None
 depends_on = None
 
