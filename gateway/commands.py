@@ -1,8 +1,9 @@
 """Chat commands (R-G5): parsing, permissions and the texts users see.
 
-``/compress [focus]`` (admin), ``/new``, ``/status``, ``/stats`` (admin), ``/usage``, ``/approve CODE`` (admin),
-``/stop`` (the sender of the running answer, or an admin; handled by the router, outside the queue),
-``/persona [TEXT | reset]`` (admin), ``/help``. Commands work the same on every platform;
+``/compress [focus]`` (admin), ``/new [--unpin]``, ``/status``, ``/stats`` (admin), ``/usage``,
+``/approve CODE`` (admin), ``/stop`` (the sender of the running answer, or an admin; handled by the router,
+outside the queue), ``/persona [TEXT | reset]`` (admin), ``/pin TEXT``, ``/pins``, ``/unpin N`` (pin and
+unpin: admins in groups), ``/help``. Commands work the same on every platform;
 adapters recognise them (``adapters.base.parse_command``, which drops ``/cmd@otherbot``). Texts here are short on purpose: chat is not a log, and a summary never appears in it.
 """
 
@@ -19,6 +20,7 @@ from gateway.compaction import compress_session, hygiene_check
 from gateway.limits import RateLimiter, format_top_spenders, format_usage
 from gateway.metrics import Metrics
 from gateway.pairing import Pairing
+from gateway.pins import add_pin, format_pins, remove_pin
 from gateway.session import LiveSession, SessionManager
 
 __all__ = [
@@ -44,18 +46,22 @@ __all__ = [
 
 COMMANDS: dict[str, str] = {
     "compress": "/compress [focus] — compress this conversation now (optionally keeping a topic in detail)",
-    "new": "/new — start a fresh session (the old one stays searchable)",
+    "new": "/new — start a fresh session (the old one stays searchable; pins stay, /new --unpin drops them)",
     "status": "/status — context usage, thresholds and compression history",
     "stats": "/stats — gateway-wide counters since start: turns, latency, tokens, compressions",
     "stop": "/stop — stop the answer being written (yours; admins can stop any)",
     "usage": "/usage — your token use today and the limits that apply to you",
     "approve": "/approve CODE — let the sender of a DM pairing code use the bot",
     "persona": "/persona [TEXT | reset] — show or set who the bot is in this chat",
+    "pin": "/pin TEXT — keep a rule word for word in every request of this chat",
+    "pins": "/pins — the pinned rules",
+    "unpin": "/unpin N — remove pin N",
     "help": "/help — this list",
 }
 ADMIN_COMMANDS = frozenset({"compress", "stats", "approve", "persona"})
 # /new resets a conversation everyone in a group shares, so there it is an admin command too.
-GROUP_ADMIN_COMMANDS = frozenset({"compress", "new", "stats", "approve", "persona"})
+GROUP_ADMIN_COMMANDS = frozenset({"compress", "new", "stats", "approve", "persona", "pin", "unpin"})
+UNPIN_FLAG = "--unpin"
 
 NOTHING_TO_COMPRESS = "Nothing to compress: everything is already in the protected head and tail."
 REFUSAL = "Sorry, /{name} is for admins only."
@@ -124,6 +130,8 @@ class StatusFigures:
     last_compaction_at: datetime | None = None
     last_compaction_reason: str = ""
     last_compaction_savings: float | None = None
+    pins: int = 0
+    pin_tokens: int = 0
 
 
 def _pct(part: int, whole: int) -> str:
@@ -148,6 +156,7 @@ def format_status(s: StatusFigures) -> str:
         lines.append(f"Last compaction: {when} ({s.last_compaction_reason or 'unknown'}{savings})")
     else:
         lines.append("Last compaction: never")
+    lines.append(f"Pins: {s.pins} ({s.pin_tokens:,} tokens, in every request)")
     lines.append(f"Engine: {s.engine} · Model: {s.model or 'unset'}")
     return "\n".join(lines)
 
@@ -228,9 +237,9 @@ async def run_command(command: Command, ctx: CommandContext) -> tuple[str, LiveS
     if command.name == "compress":
         return await _compress(ctx, command.args or None), ctx.live
     if command.name == "new":
-        old = ctx.live.id
-        fresh = await ctx.sessions.start_new(ctx.live, ctx.inbound.user_id)
-        return f"Started a new session. The previous one ({old}) is kept and searchable.", fresh
+        return await _new(ctx, command.args)
+    if command.name in ("pin", "pins", "unpin"):
+        return await _pins(ctx, command), ctx.live
     if command.name == "status":
         return format_status(status_figures(ctx.sessions, ctx.live)), ctx.live
     if command.name == "stats":
@@ -313,6 +322,29 @@ async def persona_command(ctx: CommandContext, args: str) -> str:
     return "Persona set for this chat; it applies from the next answer."
 
 
+async def _new(ctx: CommandContext, args: str) -> tuple[str, LiveSession]:
+    old = ctx.live.id
+    unpinned = 0
+    if args.strip() == UNPIN_FLAG:
+        unpinned = await ctx.sessions.rt.store.pins.clear(ctx.live.key.platform, ctx.live.key.chat_key)
+    fresh = await ctx.sessions.start_new(ctx.live, ctx.inbound.user_id)
+    note = f" {unpinned} pin(s) removed." if unpinned else ""
+    return f"Started a new session. The previous one ({old}) is kept and searchable.{note}", fresh
+
+
+async def _pins(ctx: CommandContext, command: Command) -> str:
+    """/pin, /pins, /unpin: change or list the chat's pins; the system prompt follows at once."""
+    rt, key = ctx.sessions.rt, ctx.live.key
+    if command.name == "pins":
+        return format_pins(ctx.live.pins, rt)
+    if command.name == "pin":
+        reply = await add_pin(rt, key, command.args, by=f"{ctx.inbound.platform}:{ctx.inbound.user_id}")
+    else:
+        reply = await remove_pin(rt, key, command.args)
+    await ctx.sessions.refresh_pins(ctx.live)
+    return reply
+
+
 async def _compress(ctx: CommandContext, focus: str | None) -> str:
     live = ctx.live
     framed = [{"role": "system", "content": live.system_prompt}, *live.messages]
@@ -337,4 +369,5 @@ def status_figures(sessions: SessionManager, live: LiveSession) -> StatusFigures
         compression_count=engine.compression_count, engine=sessions.rt.engine_name, model=sessions.rt.model,
         last_compaction_at=last.at if last else None, last_compaction_reason=last.reason if last else "",
         last_compaction_savings=last.savings_pct if last else None,
+        pins=len(live.pins), pin_tokens=sum(p.tokens for p in live.pins),
     )

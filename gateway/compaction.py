@@ -125,6 +125,7 @@ async def compress_session(
     counts = {"token_counts": [counter.count_message(framed[0]), *held]} \
         if held is not None and getattr(engine, "accepts_token_counts", False) else {}
     await before_compaction(engine, memory, framed, force=force, notices=notices, **counts)
+    engine.number_messages(live.first_seq)
     result = await engine.compress(framed, current_tokens=tokens, focus_topic=focus, force=force, **counts)
     if result.aborted:
         await emit_notice(notices, aborted_notice(result.reason))

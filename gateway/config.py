@@ -196,6 +196,9 @@ class GatewaySettings(BaseModel):
     # The persona: text, or @path to a file holding it; {bot_name} and {platform} are filled in. Unset: the
     # built-in one. Admins can override it per chat with /persona.
     system_prompt: str | None = None
+    # Pinned rules per chat (/pin): at most this many, and this many tokens of them in all.
+    pins_max_count: int = Field(default=20, ge=0, le=500)
+    pins_max_tokens: int = Field(default=2_000, ge=0, le=100_000)
     # Touched every few seconds while the gateway runs; `concord health` (Docker HEALTHCHECK) reads its age.
     heartbeat_file: Path | None = None
 

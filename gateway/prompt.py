@@ -2,20 +2,23 @@
 
 Rebuilt at session start and after every compaction (R-S4); stable in between so prompt caching holds.
 A session that was compacted before carries the compressor's one-time compaction note and a pointer to
-the search_history tool that looks up what the compaction took out of view.
+the search_history / read_history tools that look up what the compaction took out of view. The chat's
+pinned rules (gateway/pins.py) close the prompt.
 """
 
 from __future__ import annotations
 
 from agent.compression.assemble import add_compaction_note
 from agent.memory import MemoryProvider
+from gateway.history import READ_TOOL
 from gateway.keys import SessionKey
 from gateway.recall import RECALL_TOOL
 
 __all__ = ["RECALL_HINT", "build_system_prompt", "persona_text", "speaker_tag"]
 
 RECALL_HINT = (f"Earlier turns compacted away are kept word for word: look up exact values from them "
-               f"(ids, numbers, error texts, constraints) with the {RECALL_TOOL} tool instead of guessing.")
+               f"(ids, numbers, error texts, constraints) with the {RECALL_TOOL} tool, and open a message "
+               f"whole by its number (#N) with {READ_TOOL}, instead of guessing.")
 _PLATFORM_NAMES = {"discord": "Discord", "telegram": "Telegram", "console": "a terminal"}
 # What each platform does with the model's Markdown (Telegram's comes from our own conversion to its HTML).
 _FORMATTING = {
@@ -39,8 +42,10 @@ def persona_text(template: str | None, bot_name: str, platform: str) -> str:
 
 
 def build_system_prompt(bot_name: str, key: SessionKey, memory: MemoryProvider, *, compacted: bool,
-                        persona: str | None = None) -> str:
-    """The system prompt for ``key``'s session; ``persona`` replaces the built-in "who you are" template."""
+                        persona: str | None = None, pins: str = "") -> str:
+    """The system prompt for ``key``'s session; ``persona`` replaces the built-in "who you are" template;
+    ``pins`` (the chat's pinned-rules block) comes last, so it stays one stable block that changes only when
+    a pin does."""
     formatting = _FORMATTING.get(key.platform, "Use Markdown sparingly.")
     parts = [f"{persona_text(persona, bot_name, key.platform)} {formatting}"]
     if key.is_group:
@@ -54,7 +59,7 @@ def build_system_prompt(bot_name: str, key: SessionKey, memory: MemoryProvider, 
         noted = add_compaction_note({"role": "system", "content": prompt})
         # Part of the note, so the prompt changes only once, at the first compaction (R-K2).
         prompt = f"{noted['content']}\n\n{RECALL_HINT}"
-    return prompt
+    return f"{prompt}\n\n{pins}" if pins else prompt
 
 
 def speaker_tag(name: str, text: str) -> str:

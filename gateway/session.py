@@ -20,11 +20,13 @@ from agent.tools.registry import ToolRegistry
 from agent.turn import LoopConfig
 from gateway.continuity import END_IDLE, continuity_note, previous_idle_session
 from gateway.engine_state import restore_engine_state
+from gateway.history import read_history_tool
 from gateway.keys import SessionKey
+from gateway.pins import pin_tool, pins_block
 from gateway.prompt import build_system_prompt
 from gateway.recall import recall_tool
 from gateway.runtime import Runtime
-from gateway.store import CompactionInfo, EngineState, SessionRecord
+from gateway.store import CompactionInfo, EngineState, PinRecord, SessionRecord
 
 __all__ = ["END_IDLE", "END_NEW", "LiveSession", "SessionManager"]
 
@@ -52,11 +54,18 @@ class LiveSession:
     pending_note: str | None = None
     # This chat's own persona (``/persona``), None for the configured one.
     persona: str | None = None
+    # The chat's pinned rules, as last read from the store (their block ends the system prompt).
+    pins: tuple[PinRecord, ...] = ()
 
     @property
     def id(self) -> str:
         """The store's session id."""
         return self.record.id
+
+    @property
+    def first_seq(self) -> int:
+        """The stored number of ``messages[0]``: an active set's sequences are consecutive up to the watermark."""
+        return self.watermark - len(self.messages) + 1
 
     @property
     def system_prompt(self) -> str:
@@ -111,6 +120,7 @@ class SessionManager:
         if live is not None and live.id == record.id and _unchanged(live, record):
             # Nobody else wrote to the session since our last turn: the cached active set is current.
             live.record = record
+            await self.refresh_pins(live)
             if remember:
                 self._remember(key, live)
             return live
@@ -125,7 +135,8 @@ class SessionManager:
                 live.synced_state = record.engine
                 live.loop.system_prompt = self.system_prompt(key, live.memory,
                                                              compacted=record.engine.compression_count > 0,
-                                                             persona=live.persona)
+                                                             persona=live.persona, pins=live.pins)
+            await self.refresh_pins(live)
         live.messages, live.token_counts, live.watermark = active.messages, active.token_counts, active.watermark
         if remember:
             self._remember(key, live)
@@ -147,14 +158,26 @@ class SessionManager:
         live.synced_state = record.engine
         live.loop.session_id = record.id
         await live.memory.start_session(record.id)
-        live.loop.system_prompt = self.system_prompt(live.key, live.memory, compacted=True, persona=live.persona)
+        live.loop.system_prompt = self.system_prompt(live.key, live.memory, compacted=True, persona=live.persona,
+                                                     pins=live.pins)
         await self.reload(live)
 
     def system_prompt(self, key: SessionKey, memory: MemoryProvider, *, compacted: bool,
-                      persona: str | None = None) -> str:
-        """The session's system prompt as configured; ``persona`` is the chat's own (``/persona``)."""
+                      persona: str | None = None, pins: tuple[PinRecord, ...] = ()) -> str:
+        """The session's system prompt as configured; ``persona`` is the chat's own (``/persona``); its pinned
+        rules come last."""
         return build_system_prompt(self.rt.settings.gateway.bot_name, key, memory, compacted=compacted,
-                                   persona=persona or self._persona)
+                                   persona=persona or self._persona, pins=pins_block(pins))
+
+    async def refresh_pins(self, live: LiveSession) -> None:
+        """Re-read the chat's pins (another worker, a command or the pin tool may have changed them); the
+        system prompt is rebuilt only when they changed, so it stays byte-stable for prompt caching."""
+        pins = tuple(await self.rt.store.pins.list(live.key.platform, live.key.chat_key))
+        if pins == live.pins:
+            return
+        live.pins = pins
+        live.loop.system_prompt = self.system_prompt(live.key, live.memory, persona=live.persona, pins=pins,
+                                                     compacted=live.record.engine.compression_count > 0)
 
     async def set_persona(self, live: LiveSession, persona: str | None) -> None:
         """Give ``live``'s chat its own persona (None: back to the configured one); stored, so it survives
@@ -164,7 +187,7 @@ class SessionManager:
         else:
             await self.rt.store.chat_settings.put(_persona_scope(live.key), _PERSONA, persona)
         live.persona = persona
-        live.loop.system_prompt = self.system_prompt(live.key, live.memory, persona=persona,
+        live.loop.system_prompt = self.system_prompt(live.key, live.memory, persona=persona, pins=live.pins,
                                                      compacted=live.record.engine.compression_count > 0)
 
     async def start_new(self, live: LiveSession, user_id: str | None, reason: str = END_NEW) -> LiveSession:
@@ -200,7 +223,9 @@ class SessionManager:
         tools = ToolRegistry(memory.tools())
         tools.add_engine_tools(engine)
         persona = await rt.store.chat_settings.get(_persona_scope(key), _PERSONA)
-        prompt = self.system_prompt(key, memory, compacted=record.engine.compression_count > 0, persona=persona)
+        pins = tuple(await rt.store.pins.list(key.platform, key.chat_key))
+        prompt = self.system_prompt(key, memory, compacted=record.engine.compression_count > 0, persona=persona,
+                                    pins=pins)
         loop = AgentLoop(
             provider=rt.provider, engine=engine, system_prompt=prompt, session_id=record.id, tools=tools,
             memory=memory, max_tokens=rt.settings.llm.max_tokens, model=rt.model or None, counter=rt.counter,
@@ -210,7 +235,11 @@ class SessionManager:
         )
         # Registered last (after the loop exists) so it follows the session id through rotations.
         tools.register(recall_tool(rt.store, lambda: loop.session_id))
-        live = LiveSession(key, record, engine, memory, loop, synced_state=record.engine, persona=persona)
+        tools.register(read_history_tool(rt.store, lambda: loop.session_id))
+        live = LiveSession(key, record, engine, memory, loop, synced_state=record.engine, persona=persona,
+                           pins=pins)
+        if not key.is_group:
+            tools.register(pin_tool(rt, key, lambda: self.refresh_pins(live)))
         engine.on_session_start(record.id, [{"role": "system", "content": prompt}, *messages])
         return live
 

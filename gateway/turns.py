@@ -76,6 +76,7 @@ async def agent_turn(
             return live.id
         if stored:
             saved = compaction.appended
+        live.engine.number_messages(live.first_seq)  # numbers of the stored set as it is now
         return live.id
 
     async def notice(sent: Notice) -> None:
@@ -86,6 +87,7 @@ async def agent_turn(
         await emit_notice(notices, sent)
 
     loop.notices, loop.events, loop.switch_session, loop.stream = notice, events, switch, stream
+    live.engine.number_messages(live.first_seq)
     try:
         running = asyncio.create_task(loop.run_turn(live.messages, message, token_counts=live.held_counts))
         if on_start is not None:

@@ -31,6 +31,7 @@ from agent.compression.boundaries import Boundaries, find_boundaries, head_size,
 from agent.compression.engine import CompressionResult, ContextEngine
 from agent.compression.fallback import build_static_summary
 from agent.compression.feasibility import feasible_threshold, summary_output_reserve
+from agent.compression.ledger import Ledger, build_ledger, ledger_cap
 from agent.compression.prune import PruneResult, find_prune_boundary, prune_messages
 from agent.compression.state import CompressorState
 from agent.compression.summarizer import ABORT_WARNING, request_summary, summary_call_allowed
@@ -112,6 +113,7 @@ class ContextCompressor(ContextEngine):
         self._state = CompressorState()
         self.session_id: str | None = None
         self.last_compression: CompressionResult | None = None
+        self._first_seq = 1
         self._apply_context_length(context_length)
 
     # -- thresholds -------------------------------------------------------------------------------------
@@ -261,6 +263,10 @@ class ContextCompressor(ContextEngine):
         self._state.reset()
         self.last_compression = None
 
+    def number_messages(self, first_seq: int) -> None:
+        """Message numbers for the ledger: the first non-system message is ``first_seq`` (default 1)."""
+        self._first_seq = first_seq
+
     def has_content_to_compress(self, messages: Sequence[Mapping[str, Any]],
                                 token_counts: Sequence[int] | None = None) -> bool:
         """False when everything is in the protected head/tail, so /compress needs no LLM call (R-C10).
@@ -407,19 +413,29 @@ class ContextCompressor(ContextEngine):
             return self._unchanged(original, counts,
                                    f"Context compression aborted ({outcome.reason}): {ABORT_WARNING}", aborted=True)
         kind, failure = ("llm" if outcome.body is not None else "static"), outcome.reason
-        body = outcome.body or self._static_body(middle)
+        ledger = self._ledger(original, counts, bounds)
+        body = ledger.merge(outcome.body or self._static_body(middle))
         kept = self._kept_counts(work, work_counts, bounds)
         assembled, after_counts = self._assemble(work, kept, bounds, body)
         if sum(after_counts) >= tokens_before and kind == "llm":
             # A summary longer than what it replaces (a small model rambling to its output cap) is a failed
             # summary (R-C8): the deterministic one still lets the conversation shrink.
             kind, failure, body = "static", "the model's summary was longer than the turns it replaced", \
-                self._static_body(middle)
+                ledger.merge(self._static_body(middle))
             assembled, after_counts = self._assemble(work, kept, bounds, body)
         if sum(after_counts) >= tokens_before:
             return self._unchanged(original, counts, "compression would not reduce tokens", ineffective=True)
         return self._commit(original, assembled.messages, tokens_before, after_counts, bounds, pruned, kind,
                              failure, body)
+
+    def _ledger(self, original: Messages, counts: Sequence[int], bounds: Boundaries) -> Ledger:
+        """The evidence ledger of the middle, taken from the unpruned messages (pruning drops error lines)."""
+        middle = original[bounds.head_end : bounds.tail_start]
+        offset = 1 if original and original[0].get("role") == "system" else 0
+        numbers = [self._first_seq + i - offset for i in range(bounds.head_end, bounds.tail_start)]
+        budget = summary_budget(sum(counts[bounds.head_end : bounds.tail_start]), self.context_length)
+        return build_ledger(middle, numbers, previous_summary=self._state.previous_summary,
+                            cap_tokens=ledger_cap(budget), cost=self._counter.count_text)
 
     def _input_counts(self, messages: Sequence[Mapping[str, Any]], token_counts: Sequence[int] | None) -> list[int]:
         if token_counts is None:

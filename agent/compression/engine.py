@@ -130,6 +130,11 @@ class ContextEngine(ABC):
     def on_session_reset(self) -> None:  # noqa: B027
         """Forget per-session state (``/new``)."""
 
+    def number_messages(self, first_seq: int) -> None:  # noqa: B027
+        """The next ``compress`` call's first non-system message is stored as message number ``first_seq``
+        (the rest follow one by one), so a summary can cite the numbers ``read_history`` opens.
+        Engines that cite nothing ignore it."""
+
     def tools(self) -> list[dict[str, Any]]:
         """Tool schemas (OpenAI function format) this engine offers the agent."""
         return []

@@ -17,6 +17,7 @@ __all__ = [
     "is_image_part",
     "last_index",
     "parse_arguments",
+    "plain_text",
     "tool_call_ids",
     "tool_calls_of",
 ]
@@ -82,3 +83,25 @@ def last_index(messages: Sequence[Message], role: str, *, visible_text: bool = F
         if message.get("role") == role and (not visible_text or has_visible_text(message)):
             return i
     return -1
+
+
+def plain_text(message: Message) -> str:
+    """A message as plain text, for search and for reading it back: its text, then each tool call as
+    ``[call NAME]`` and one ``key: value`` line per argument, values unescaped (a command or a file body reads
+    as typed, not as a JSON string); arguments that are not a JSON object are shown raw."""
+    parts = [content_text(message)] if content_text(message) else []
+    if has_image(message):
+        parts.append("[image attached]")
+    for call in tool_calls_of(message):
+        fn = call.get("function") or {}
+        raw = fn.get("arguments")
+        try:
+            args = parse_arguments(raw if raw is not None else "{}")
+        except ValueError:
+            args = None
+        if isinstance(args, Mapping):
+            lines = [f"{k}: {v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}" for k, v in args.items()]
+        else:
+            lines = [str(raw)] if raw else []
+        parts.append("\n".join([f"[call {fn.get('name') or 'tool'}]", *lines]))
+    return "\n".join(parts)

@@ -5,6 +5,7 @@ The public surface is re-exported here; everything else in the package is an imp
 
 from gateway.store.errors import (
     CompactionNotFound,
+    PinsFull,
     SessionEnded,
     SessionNotFound,
     StaleWatermark,
@@ -18,6 +19,7 @@ from gateway.store.records import (
     CompactionRecord,
     EngineState,
     MessageRecord,
+    PinRecord,
     SearchHit,
     SessionRecord,
 )
@@ -30,6 +32,8 @@ __all__ = [
     "CompactionRecord",
     "EngineState",
     "MessageRecord",
+    "PinRecord",
+    "PinsFull",
     "SearchHit",
     "SessionEnded",
     "SessionNotFound",

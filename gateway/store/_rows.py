@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import Row, Select, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent.tokens import message_text
+from agent.compression.messages import plain_text
 from gateway.store.errors import SessionEnded, SessionNotFound
 from gateway.store.models import MessageRow, SessionRow
 from gateway.store.records import CompactionInfo, EngineState, MessageRecord, SessionRecord
@@ -61,9 +61,10 @@ class StoredRow:
 
 def encoded_rows(messages: Sequence[Mapping[str, Any]], token_counts: Sequence[int],
                  at: datetime) -> list[StoredRow]:
-    """New messages as rows (the search text is the message's text, not its JSON envelope)."""
+    """New messages as rows. The search text is the message as plain text (`plain_text`: tool-call arguments
+    unescaped), not its JSON envelope, so a command or a path is found as it was typed."""
     return [
-        StoredRow(role=str(m["role"]), payload=json.dumps(m, ensure_ascii=False), search_text=message_text(m),
+        StoredRow(role=str(m["role"]), payload=json.dumps(m, ensure_ascii=False), search_text=plain_text(m),
                   tokens=int(t), created_at=at, compacted=False)
         for m, t in zip(messages, token_counts, strict=True)
     ]

@@ -159,7 +159,7 @@ class CompactionRepository:
         """End the session and open its child holding ``new_messages``, in one transaction (R-S3).
 
         The child gets ``parent_session_id``, the title and goal, and ``engine_state`` (default: the
-        parent's). With ``watermark_seq``, rows appended after it are carried into the child too.
+        parent's); its sequences continue after the parent's. With ``watermark_seq``, rows appended after it are carried into the child too.
         """
         check_batch(new_messages, token_counts)
         at = utcnow()
@@ -177,13 +177,16 @@ class CompactionRepository:
             await conn.execute(update(SessionRow).where(SessionRow.id == session_id)
                                .values(ended_at=at, end_reason=reason))
             child_id = new_session_id(at)
+            # The child numbers on from its parent, so a message number means one message in the whole
+            # conversation (summaries and read_history cite numbers across rotations).
+            generation = parent.last_seq + 1
             await conn.execute(insert(SessionRow).values(**{
                 **new_session_values(child_id, parent.platform, parent.chat_key, at, title=parent.title,
                                      goal=parent.goal, parent_session_id=session_id,
                                      state=dataclasses.replace(state, last_compaction=info)),
-                "last_seq": len(after), "message_count": len(after),
+                "last_seq": generation + len(after), "generation_seq": generation, "message_count": len(after),
                 "token_count": sum(r.tokens for r in after)}))
-            await insert_rows(conn, child_id, 1, after)
+            await insert_rows(conn, child_id, generation + 1, after)
             child = (await conn.execute(select(SessionRow).where(SessionRow.id == child_id))).one()
         return session_record(child)
 

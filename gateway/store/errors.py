@@ -37,3 +37,7 @@ class StorageUnavailable(StoreError):
 
     The message names the database with its password hidden and the first line of the driver's reason.
     """
+
+
+class PinsFull(StoreError):
+    """A new pin would pass the chat's pin count or token limit; the message says which and by how much."""

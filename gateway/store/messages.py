@@ -103,3 +103,26 @@ class MessageRepository:
             if (await conn.execute(select(SessionRow.id).where(SessionRow.id == session_id))).first() is None:
                 raise SessionNotFound(session_id)
             return [message_record(r) for r in await conn.execute(query.order_by(MessageRow.seq))]
+
+    async def around(self, session_ids: Sequence[str], seq: int, *, before: int = 0,
+                     after: int = 0) -> list[MessageRecord]:
+        """Message ``seq`` of the first of ``session_ids`` that has it, with up to ``before`` / ``after`` of
+        that session's stored rows on either side (archived or active), in sequence order; [] if none has it.
+
+        Rows are never looked up outside ``session_ids``: the caller decides what a conversation may read.
+        """
+        ids = list(session_ids)
+        if not ids:
+            return []
+        async with read(self._engine) as conn:
+            owners = {r.session_id for r in await conn.execute(
+                select(MessageRow.session_id).where(MessageRow.session_id.in_(ids), MessageRow.seq == seq))}
+            owner = next((i for i in ids if i in owners), None)
+            if owner is None:
+                return []
+            mine = select(MessageRow).where(MessageRow.session_id == owner)
+            earlier = list(await conn.execute(
+                mine.where(MessageRow.seq < seq).order_by(MessageRow.seq.desc()).limit(before))) if before else []
+            rest = list(await conn.execute(
+                mine.where(MessageRow.seq >= seq).order_by(MessageRow.seq).limit(after + 1)))
+        return [message_record(r) for r in (*reversed(earlier), *rest)]

@@ -25,7 +25,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
-__all__ = ["Base", "ChatSettingRow", "CompactionRow", "MessageRow", "SessionRow", "UTCDateTime"]
+__all__ = ["Base", "ChatSettingRow", "CompactionRow", "MessageRow", "PinRow", "SessionRow", "UTCDateTime"]
 
 # SQLite only auto-increments an INTEGER PRIMARY KEY (the rowid alias), which FTS5 also keys on.
 _BigId = BigInteger().with_variant(Integer(), "sqlite")
@@ -149,3 +149,19 @@ class ChatSettingRow(Base):
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     value: Mapped[str] = mapped_column(Text)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class PinRow(Base):
+    """A pinned rule of one chat (platform + chat key, so it outlives any one session); shown in pin order."""
+
+    __tablename__ = "pins"
+
+    id: Mapped[int] = mapped_column(_BigId, primary_key=True, autoincrement=True)
+    platform: Mapped[str] = mapped_column(String(32))
+    chat_key: Mapped[str] = mapped_column(String(255))
+    text: Mapped[str] = mapped_column(Text)
+    tokens: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    created_by: Mapped[str | None] = mapped_column(String(64))
+
+    __table_args__ = (Index("ix_pins_chat", "platform", "chat_key", "id"),)

@@ -16,6 +16,7 @@ __all__ = [
     "CompactionRecord",
     "EngineState",
     "MessageRecord",
+    "PinRecord",
     "SearchHit",
     "SessionRecord",
 ]
@@ -164,3 +165,14 @@ class SearchHit:
     created_at: datetime
     snippet: str
     archived: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PinRecord:
+    """One pinned rule; ``number`` is its 1-based place in the chat's pins (what /unpin takes)."""
+
+    number: int
+    text: str
+    tokens: int
+    created_at: datetime
+    created_by: str | None = None

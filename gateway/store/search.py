@@ -25,6 +25,9 @@ __all__ = ["MessageSearch", "split_terms"]
 
 _CJK = re.compile(r"[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002fa1f]")
 _SNIPPET_RADIUS = 60
+_WHOLE_LINE_CHARS = 400
+# Occurrences considered when picking where to cut a snippet (a term repeated all over a log).
+_MAX_SPOTS = 200
 
 
 def split_terms(query: str) -> list[str]:
@@ -44,13 +47,35 @@ def _like_pattern(term: str) -> str:
     return "%" + term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
+def _best_match(lowered: str, terms: Sequence[str]) -> tuple[int, int]:
+    """(position, length) of the best-matching term: the occurrence with the most distinct query terms
+    near it, then the longest term (the most distinctive), then the earliest."""
+    spots: list[tuple[int, int, int]] = []  # (position, length, term index)
+    for index, term in enumerate(t.lower() for t in terms):
+        at = lowered.find(term)
+        while at >= 0 and len(spots) < _MAX_SPOTS:
+            spots.append((at, len(term), index))
+            at = lowered.find(term, at + max(len(term), 1))
+    if not spots:
+        return 0, 0
+    def score(spot: tuple[int, int, int]) -> tuple[int, int, int]:
+        near = {i for p, _, i in spots if abs(p - spot[0]) <= _SNIPPET_RADIUS * 2}
+        return len(near), spot[1], -spot[0]
+    at, length, _ = max(spots, key=score)
+    return at, length
+
+
 def snippet(body: str, terms: Sequence[str]) -> str:
-    """Up to ~120 characters of ``body`` around the first term found (case-insensitive), on one line."""
-    lowered = body.lower()
-    positions = [p for p in (lowered.find(t.lower()) for t in terms) if p >= 0]
-    at = min(positions) if positions else 0
+    """``body`` around its best-matching term (see `_best_match`), on one line: ~120 characters, or the whole
+    line of the match when that line is up to 400 characters (an error line or a command comes back whole)."""
+    at, length = _best_match(body.lower(), terms)
     start = max(0, at - _SNIPPET_RADIUS)
-    end = min(len(body), at + _SNIPPET_RADIUS + max((len(t) for t in terms), default=0))
+    end = min(len(body), at + length + _SNIPPET_RADIUS)
+    line_start = body.rfind("\n", 0, at) + 1
+    line_end = body.find("\n", at)
+    line_end = len(body) if line_end < 0 else line_end
+    if line_end - line_start <= _WHOLE_LINE_CHARS:
+        start, end = min(start, line_start), max(end, line_end)
     text_ = " ".join(body[start:end].split())
     return ("…" if start > 0 else "") + text_ + ("…" if end < len(body) else "")
 

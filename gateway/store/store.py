@@ -9,6 +9,7 @@ from gateway.store.compaction import CompactionRepository
 from gateway.store.database import create_engine, dispose_engine
 from gateway.store.messages import MessageRepository
 from gateway.store.migrate import upgrade_database
+from gateway.store.pins import PinRepository
 from gateway.store.search import MessageSearch
 from gateway.store.sessions import SessionRepository
 
@@ -17,7 +18,7 @@ __all__ = ["Store"]
 
 class Store:
     """The session store. ``store.sessions``, ``store.messages``, ``store.compactions``, ``store.search``,
-    ``store.chat_settings``.
+    ``store.chat_settings``, ``store.pins``.
 
     Open with ``await Store.open(url)`` (migrates the database first unless ``migrate=False``) and close
     with ``await store.aclose()`` (idempotent), or use ``async with await Store.open(url) as store``.
@@ -29,6 +30,7 @@ class Store:
         self.messages = MessageRepository(engine)
         self.compactions = CompactionRepository(engine)
         self.chat_settings = ChatSettingsRepository(engine)
+        self.pins = PinRepository(engine)
         self._search = MessageSearch(engine)
         self.search = self._search.search
         self._closed = False

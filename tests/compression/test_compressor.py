@@ -73,7 +73,8 @@ async def test_llm_summary_is_used_and_fed_back_next_time() -> None:
     assert 4_000 <= provider.calls[0]["max_tokens"] < 8_000
     await compressor.compress(first.messages + coding_session(15)[1:])
     second_prompt = provider.calls[1]["messages"][0]["content"]
-    assert "PREVIOUS SUMMARY:\n## Goal\nfirst summary body" in second_prompt
+    # The previous summary comes back whole: its coverage line first, then the model's text.
+    assert "PREVIOUS SUMMARY:\nMessages #4–#33 of this" in second_prompt and "## Goal\nfirst summary body" in second_prompt
     assert "inferred from the latest turns" in second_prompt
 
 

@@ -35,7 +35,8 @@ async def test_a_message_costs_one_read_and_one_write_transaction(
     monkeypatch.setattr(aiosqlite.core.Connection, "_execute", spied)
     for text in ("second", "third"):
         await adapter.say(text)
-    assert sorted(transactions) == [False, False, True, True]  # per message: one read, one write
+    # Per message: the session read, the chat's pins read (another worker may have pinned), one write.
+    assert sorted(transactions) == [False, False, False, False, True, True]
     assert driver_calls == []  # nothing went through aiosqlite's one-call-per-round-trip path
     assert adapter.texts()[-2:] == ["noted", "noted"]
 

@@ -13,7 +13,8 @@ from tests.store.conftest import assistant, user
 CONFIG_CALL = {
     "role": "assistant", "content": None,
     "tool_calls": [{"id": "c1", "type": "function", "function": {
-        "name": "write_file", "arguments": '{"path": "deploy/config.yaml", "max_retries": 7, "port": 8443}'}}],
+        "name": "write_file", "arguments": '{"path": "deploy/config.yaml", "max_retries": 7, "port": 8443, '
+                                           '"note": "say \\"hi\\"\\nthen go"}'}}],
 }
 CONVERSATION: list[dict[str, Any]] = [
     user("Please configure the Redis lock expiry for the gateway workers."),
@@ -40,9 +41,10 @@ async def archived_session(store: Store) -> str:
     ("redis lock", 1),                       # English words
     ("EXPIRY", 1),                           # case-insensitive
     ("configur gatew", 1),                   # word prefixes
-    ('"max_retries": 7', 3),                 # JSON fragment from tool-call arguments
+    ("max_retries: 7", 3),                   # a tool-call argument, as "key: value" (not JSON-escaped)
     ("deploy/config.yaml", 3),               # path with punctuation
     ("write_file", 3),                       # tool name
+    ('say "hi"', 3),                         # argument values unescaped: quotes as typed
     ("上下文", 5),                            # 3+ CJK characters: trigram index
     ("压缩", 5),                              # 2 CJK characters: LIKE fallback
     ("数据库 连接", 5),                        # several CJK terms

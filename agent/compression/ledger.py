@@ -1,0 +1,207 @@
+"""The evidence ledger: the exact facts of every compacted middle, bounded, merged into the summary.
+
+One fixed line per fact, ``- #SEQ LABEL: TEXT``, under the template section it belongs to (paths under
+Relevant Files, rules under Constraints & Preferences, everything else under Critical Context), plus one
+coverage line at the top of the summary saying which messages it replaced and how to look them up. The
+ledger is written by this code, never by the summary model: lines of this shape in a model's summary are
+removed and the deterministic ones put back, after the model's text.
+
+Bounded newest first by a token cap that scales with the summary budget. Each kind first gets its own share
+of the cap (so a flood of numbers from one log cannot push every rule out), then what is left goes kind by
+kind — rules, errors, commands, paths before identifiers, URLs and numbers — newest first. An iterative compression parses the previous summary's ledger and carries it over;
+when the cap is reached, the oldest entries go first.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from agent.compression.evidence import FACT_KINDS, Fact, extract_facts
+from agent.compression.messages import Message
+from agent.compression.summary import SECTIONS
+
+__all__ = [
+    "LEDGER_SHARE",
+    "Ledger",
+    "build_ledger",
+    "coverage_line",
+    "ledger_cap",
+    "ledger_line",
+    "parse_coverage",
+    "parse_ledger",
+    "select_facts",
+    "strip_ledger",
+    "with_ledger",
+]
+
+# The ledger may take up to this share of the summary budget on top of the summary itself.
+LEDGER_SHARE = 1.0
+# Characters of the newest messages scanned for paths, ids, URLs and numbers per token of the cap: the
+# scan is the costly part, and the facts of older text would not fit the cap anyway (they stay searchable).
+SCAN_PER_TOKEN = 40
+LABELS = {"constraint": "rule", "error": "error", "command": "cmd", "path": "path", "id": "id", "url": "url",
+          "number": "num"}
+_KIND_OF = {label: kind for kind, label in LABELS.items()}
+SECTION_OF = {"path": "Relevant Files", "constraint": "Constraints & Preferences"}
+_DEFAULT_SECTION = "Critical Context"
+# First-round share of the cap per kind; rules and errors are few and precious, numbers many and cheap.
+_QUOTA = {"constraint": 0.15, "error": 0.1, "command": 0.35, "path": 0.2, "id": 0.05, "url": 0.05, "number": 0.05}
+
+_LINE_RE = re.compile(rf"^- #(\d+) ({'|'.join(LABELS.values())}): (.+)$")
+_COVERAGE_RE = re.compile(r"^Messages #(\d+)–#(\d+) of this conversation were compacted\b.*$")
+_HEADER_RE = re.compile(r"^\s*#{1,4}\s*\**\s*(.+?)\s*\**\s*:?\s*$")
+_NONE_RE = re.compile(r"^\s*(?:[-*]\s*)?(?:none|n/a|nothing)\.?\s*$", re.I)
+_SECTION_ORDER = [title for title, _ in SECTIONS]
+
+
+def ledger_cap(summary_budget: int) -> int:
+    """Tokens the ledger may use for a summary of ``summary_budget`` tokens."""
+    return int(summary_budget * LEDGER_SHARE)
+
+
+def ledger_line(fact: Fact) -> str:
+    """The one fixed line of a fact."""
+    return f"- #{fact.seq} {LABELS[fact.kind]}: {fact.text}"
+
+
+def coverage_line(first: int, last: int) -> str:
+    """The summary's first line: which messages it replaced, and where to find them word for word."""
+    return (f"Messages #{first}–#{last} of this conversation were compacted; look up exact details with "
+            f"search_history / read_history (#N below is a message number for read_history).")
+
+
+def parse_coverage(body: str | None) -> tuple[int, int] | None:
+    """(first, last) message numbers of a summary's coverage line, None when it has none."""
+    for line in (body or "").splitlines():
+        match = _COVERAGE_RE.match(line.strip())
+        if match:
+            return int(match.group(1)), int(match.group(2))
+    return None
+
+
+def parse_ledger(body: str | None) -> list[Fact]:
+    """The ledger facts written into a summary body, in the order they appear."""
+    facts: list[Fact] = []
+    for line in (body or "").splitlines():
+        match = _LINE_RE.match(line.strip())
+        if match:
+            facts.append(Fact(_KIND_OF[match.group(2)], match.group(3), int(match.group(1))))
+    return facts
+
+
+def strip_ledger(body: str) -> str:
+    """``body`` without ledger and coverage lines (a model may echo them; only ours are kept)."""
+    lines = [line for line in body.splitlines()
+             if not _LINE_RE.match(line.strip()) and not _COVERAGE_RE.match(line.strip())]
+    return "\n".join(lines).strip()
+
+
+def merge_facts(older: Iterable[Fact], newer: Iterable[Fact]) -> list[Fact]:
+    """One list, each (kind, text) once at its newest message number, ordered by message number."""
+    best: dict[tuple[str, str], Fact] = {}
+    for fact in (*older, *newer):
+        key = (fact.kind, fact.text)
+        if key not in best or fact.seq >= best[key].seq:
+            best[key] = fact
+    return sorted(best.values(), key=lambda f: f.seq)
+
+
+def select_facts(facts: Sequence[Fact], cap_tokens: int, cost: Callable[[str], int]) -> list[Fact]:
+    """The facts that fit ``cap_tokens``: newest first per kind within its quota, then the rest of the cap kind
+    by kind (in `FACT_KINDS` order), newest first; returned in message order."""
+    by_kind: dict[str, list[tuple[int, Fact]]] = {kind: [] for kind in FACT_KINDS}
+    for index, fact in enumerate(facts):
+        by_kind[fact.kind].append((index, fact))
+    chosen: set[int] = set()
+    used = 0
+    for kind in FACT_KINDS:
+        quota, spent = int(cap_tokens * _QUOTA[kind]), 0
+        for index, fact in reversed(by_kind[kind]):
+            price = cost(ledger_line(fact)) + 1
+            if spent + price > quota:
+                break
+            chosen.add(index)
+            spent += price
+        used += spent
+    # What is left goes kind by kind in the same order (what a continuing agent needs most first), newest first.
+    for kind in FACT_KINDS:
+        for index, fact in reversed(by_kind[kind]):
+            if index in chosen:
+                continue
+            price = cost(ledger_line(fact)) + 1
+            if used + price > cap_tokens:
+                continue
+            chosen.add(index)
+            used += price
+    return [facts[i] for i in sorted(chosen)]
+
+
+def _section_bounds(lines: list[str]) -> dict[str, tuple[int, int]]:
+    """Template section title → (header line, end line exclusive) as found in ``lines``."""
+    headers: list[tuple[int, str]] = []
+    for i, line in enumerate(lines):
+        match = _HEADER_RE.match(line)
+        if match:
+            headers.append((i, match.group(1).strip()))
+    bounds: dict[str, tuple[int, int]] = {}
+    for n, (i, title) in enumerate(headers):
+        end = headers[n + 1][0] if n + 1 < len(headers) else len(lines)
+        for known in _SECTION_ORDER:
+            if title.lower().startswith(known.lower()) and known not in bounds:
+                bounds[known] = (i, end)
+    return bounds
+
+
+def _insert_section(lines: list[str], title: str, entries: list[str]) -> list[str]:
+    bounds = _section_bounds(lines)
+    if title in bounds:
+        start, end = bounds[title]
+        body = [line for line in lines[start + 1 : end] if not _NONE_RE.match(line)]
+        while body and not body[-1].strip():
+            body.pop()
+        return [*lines[:start + 1], *body, *entries, "", *lines[end:]]
+    later = [bounds[t][0] for t in _SECTION_ORDER[_SECTION_ORDER.index(title) + 1 :] if t in bounds]
+    at = min(later) if later else len(lines)
+    return [*lines[:at], "", f"## {title}", *entries, "", *lines[at:]]
+
+
+def with_ledger(body: str, facts: Sequence[Fact], coverage: tuple[int, int] | None) -> str:
+    """``body`` with the coverage line first and each fact's line at the end of its section (sections the
+    body lacks are added in template order); earlier ledger lines in ``body`` are replaced."""
+    lines = strip_ledger(body).splitlines()
+    for title in ("Constraints & Preferences", "Relevant Files", _DEFAULT_SECTION):
+        entries = [ledger_line(f) for f in facts if SECTION_OF.get(f.kind, _DEFAULT_SECTION) == title]
+        if entries:
+            lines = _insert_section(lines, title, entries)
+    text = "\n".join(lines).strip()
+    text = re.sub(r"\n{3,}", "\n\n", text)
+    return f"{coverage_line(*coverage)}\n\n{text}" if coverage else text
+
+
+@dataclass(frozen=True, slots=True)
+class Ledger:
+    """The bounded facts of one compaction and the messages it covers; `merge` puts them into a body."""
+
+    facts: tuple[Fact, ...]
+    coverage: tuple[int, int] | None
+
+    def merge(self, body: str) -> str:
+        """``body`` (an LLM or static summary) with this ledger merged in after its text."""
+        return with_ledger(body, self.facts, self.coverage)
+
+
+def build_ledger(middle: Sequence[Message], numbers: Sequence[int], *, previous_summary: str | None,
+                 cap_tokens: int, cost: Callable[[str], int]) -> Ledger:
+    """The ledger for a compaction of ``middle`` (``numbers[i]`` numbering ``middle[i]``): its own facts plus
+    the previous summary's ledger, bounded newest first to ``cap_tokens``; coverage runs from the previous
+    summary's first message to the middle's last."""
+    fresh = extract_facts(middle, lambda i: numbers[i], scan_chars=cap_tokens * SCAN_PER_TOKEN)
+    facts = select_facts(merge_facts(parse_ledger(previous_summary), fresh), cap_tokens, cost)
+    earlier = parse_coverage(previous_summary)
+    coverage = None
+    if numbers:
+        first = min(earlier[0], numbers[0]) if earlier else numbers[0]
+        coverage = (first, numbers[-1])
+    return Ledger(tuple(facts), coverage)

@@ -1,0 +1,51 @@
+"""bench.reachability scoring on a synthetic transcript: facts at risk, kept by the ledger, reachable by topic."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+from agent.compression.evidence import Fact
+from bench.corpus import Transcript
+from bench.reachability import measure_transcript, probe_of, topic_query
+from gateway.store import Store
+
+
+def _transcript() -> Transcript:
+    messages = [{"role": "system", "content": "You are a coding agent."}]
+    for i in range(60):
+        call = {"id": f"c{i}", "type": "function",
+                "function": {"name": "bash", "arguments": json.dumps({"command": f"pytest tests/test_mod{i}.py"})}}
+        messages += [
+            {"role": "user", "content": f"Step {i}: investigate the flaky scheduler number {i} " + "filler " * 30},
+            {"role": "assistant", "content": f"Looking at stage {i}.", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"c{i}",
+             "content": f"collected 3 items in src/sched/mod{i}.py\nKeyError: 'shard_{i}' while rebalancing cluster{i}\nexit code 1"},
+        ]
+    messages[4] = {"role": "user", "content": "Never restart the primary without asking. Also, reindex nightly."}
+    return Transcript("claude_code", "synthetic", messages)
+
+
+def test_probe_and_topic_query_never_use_the_fact_itself() -> None:
+    assert probe_of(Fact("command", "pytest -q → exit 1", 3)) == "pytest -q"
+    assert probe_of(Fact("error", "ValueError: long…", 3)) == "ValueError: long"
+    frequency = Counter({"rebalancing": 5, "cluster": 1, "while": 9})
+    query = topic_query("KeyError: 'shard_3' while rebalancing cluster", "KeyError: 'shard_3'", frequency)
+    assert query == "cluster rebalancing"
+    assert topic_query("KeyError: 'shard_3'", "KeyError: 'shard_3'", frequency) == ""
+
+
+async def test_facts_of_the_compacted_middle_are_kept_and_reachable(tmp_path: Path) -> None:
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path}/reach.db")
+    try:
+        scored = await measure_transcript(store, _transcript(), sample=10)
+    finally:
+        await store.aclose()
+    assert scored.tokens_after < scored.tokens_before
+    for kind in ("command", "path", "error", "constraint"):
+        cell = scored.cells[kind]
+        assert cell.facts > 0, kind
+        assert cell.kept >= 0.8 * cell.facts, kind     # the bounded ledger kept (nearly) all of them
+        assert cell.exact == cell.facts, kind          # the store finds each by its exact text
+        assert cell.reachable == cell.facts, kind      # and what the ledger dropped, a topic search reaches
