@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,6 +15,7 @@ from agent.llm.base import Provider
 from agent.transcript import MalformedTranscript, read_transcript_file
 from gateway.cli_store import add_store_commands
 from gateway.config import ConfigError, Settings, load_settings, masked_dump
+from gateway.logsetup import configure_logging
 from gateway.store import StorageUnavailable
 
 __all__ = ["build_parser", "main"]
@@ -62,14 +62,8 @@ def _cmd_tokens(args: argparse.Namespace) -> int:
 
 
 def _configure_logging(settings: Settings) -> None:
-    # stderr, so logs never mix with the console chat or JSONL written to stdout.
-    fmt = ('{"time":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","message":"%(message)s"}'
-           if settings.logging.json_logs else "%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.basicConfig(level=settings.logging.level, format=fmt, stream=sys.stderr)
-    if settings.logging.level != "DEBUG":
-        # Per-request and per-job chatter from libraries drowns the console chat; keep their warnings.
-        for noisy in ("httpx", "alembic", "apscheduler", "discord.gateway", "telegram.ext"):
-            logging.getLogger(noisy).setLevel(logging.WARNING)
+    configure_logging(settings.logging.level, json_logs=settings.logging.json_logs,
+                      log_content=settings.logging.log_content)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

@@ -239,11 +239,13 @@ class MemorySettings(BaseModel):
 
 
 class LoggingSettings(BaseModel):
-    """Log output."""
+    """Log output (see gateway/logsetup.py)."""
 
     model_config = _Section
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     json_logs: bool = False
+    # True lets libraries log message payloads and SQL at DEBUG (still redacted); for debugging only.
+    log_content: bool = False
 
 
 class Settings(BaseSettings):

@@ -26,6 +26,7 @@ from gateway.commands import Command, CommandContext, is_admin, run_command
 from gateway.compaction import run_hygiene
 from gateway.continuity import with_note
 from gateway.keys import SessionKey, session_key
+from gateway.logsetup import bind_log_session, log_context
 from gateway.metrics import fan_out
 from gateway.prompt import speaker_tag
 from gateway.queues import SessionQueues
@@ -83,7 +84,7 @@ class Router:
         # The runtime's metrics always listen; a sink given here hears every event too.
         self.events: EventSink = self.metrics if events is None else fan_out(self.metrics, events)
         self.context = GroupContext(self.settings.gateway.group_context_limit)
-        self._queues: SessionQueues[SessionKey, tuple[Inbound, Adapter]] = SessionQueues(self._process)
+        self._queues: SessionQueues[SessionKey, tuple[Inbound, Adapter]] = SessionQueues(self._process_logged)
         self._seen: OrderedDict[tuple[str, str, str | None, str], None] = OrderedDict()
         self._dedupe_size = dedupe_size
 
@@ -103,6 +104,11 @@ class Router:
         """Stop taking messages and let queued ones finish (graceful shutdown)."""
         await self._queues.aclose(grace_seconds)
 
+    async def _process_logged(self, key: SessionKey, item: tuple[Inbound, Adapter]) -> None:
+        # Every line logged while this message is handled names its session and platform.
+        with log_context(session=str(key), platform=item[0].platform):
+            await self._process(key, item)
+
     async def _process(self, key: SessionKey, item: tuple[Inbound, Adapter]) -> None:
         inbound, adapter = item
         self.metrics.record_message()
@@ -121,6 +127,7 @@ class Router:
             self.context.add(key, speaker_tag(inbound.user_name, inbound.text))
             return []
         live = await self.sessions.open(key, inbound.user_id)
+        bind_log_session(live.id)
 
         async def notices(notice: Notice) -> None:
             await adapter.send(inbound.chat, notice.text)
