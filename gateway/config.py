@@ -28,6 +28,9 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from agent.compression.redact import redact_secrets
+from gateway.masking import describe_value, mask_url, mask_urls
+
 __all__ = ["ConfigError", "Settings", "load_settings", "mask_url", "masked_dump"]
 
 _Section = ConfigDict(extra="forbid", validate_default=True)
@@ -311,14 +314,7 @@ _SECRET_KEYS = ("api_key", "token", "secret", "password", "url")
 
 def _describe_value(loc: tuple[Any, ...], value: Any) -> str:
     key = str(loc[-1]) if loc else ""
-    if key in ("base_url", "api_base_url", "webhook_url", "database_url"):
-        # Shown to help fix them, but a URL can carry a password (``postgres://user:password@host``).
-        return repr(mask_url(value)) if isinstance(value, str) else repr(value)
-    if any(word in key for word in _SECRET_KEYS):
-        return "'***'"
-    if isinstance(value, dict | list):
-        return type(value).__name__
-    return repr(value)
+    return describe_value(key, value, secret=any(word in key for word in _SECRET_KEYS))
 
 
 def _format_errors(exc: ValidationError) -> str:
@@ -343,25 +339,13 @@ def load_settings(**overrides: Any) -> Settings:
     except ConfigError:
         raise
     except (OSError, ValueError, yaml.YAMLError) as exc:  # unreadable / malformed YAML or .env
-        raise ConfigError(f"cannot read configuration: {exc}") from None
+        raise ConfigError(f"cannot read configuration: {redact_secrets(str(exc))}") from None
 
 
 def masked_dump(settings: Settings) -> dict[str, Any]:
-    """The effective configuration as plain data with every secret masked."""
+    """The effective configuration as plain data with every secret masked (URL credentials included)."""
     data = settings.model_dump(mode="json")
-    if settings.storage.database_url:
-        data["storage"]["database_url"] = mask_url(settings.storage.database_url)
-    data["storage"]["effective_database_url"] = mask_url(settings.storage.url)
+    data["storage"]["effective_database_url"] = settings.storage.url
     if settings.redis.url is not None:
-        data["redis"]["url"] = mask_url(settings.redis.url.get_secret_value())
-    return data
-
-
-def mask_url(url: str) -> str:
-    """Hide the password part of a URL (user:password@host)."""
-    scheme, sep, rest = url.partition("://")
-    if not sep or "@" not in rest:
-        return url
-    creds, _, host = rest.rpartition("@")
-    user = creds.split(":", 1)[0]
-    return f"{scheme}://{user}:***@{host}" if ":" in creds else url
+        data["redis"]["url"] = settings.redis.url.get_secret_value()
+    return mask_urls(data)
