@@ -12,10 +12,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from agent.compression.redact import redact_message, redact_secrets
 from gateway.config import Settings, load_settings
 from gateway.store import CompactionNotFound, SessionNotFound, Store, upgrade_database
 
 __all__ = ["add_store_commands"]
+
+_RAW_HELP = "print stored text as it is, secrets included (default: API keys, tokens and passwords redacted)"
 
 
 
@@ -64,6 +67,11 @@ async def _list(store: Store, args: argparse.Namespace) -> int:
     return 0
 
 
+def _shown(args: argparse.Namespace, value: Any) -> Any:
+    """``value`` as printed: redacted unless the operator asked for ``--raw``."""
+    return value if args.raw else redact_message(value)
+
+
 async def _show(store: Store, args: argparse.Namespace) -> int:
     s = await store.sessions.require(args.id)
     for key, value in [("id", s.id), ("platform", s.platform), ("chat", s.chat_key), ("title", s.title),
@@ -72,12 +80,12 @@ async def _show(store: Store, args: argparse.Namespace) -> int:
                        ("end reason", s.end_reason), ("active messages", s.message_count),
                        ("active tokens", s.token_count), ("compressions", s.engine.compression_count),
                        ("last prompt tokens", s.engine.last_prompt_tokens)]:
-        _console().print(f"{key:>18}: {value if value is not None else '-'}")
+        _console().print(f"{key:>18}: {_shown(args, value) if value is not None else '-'}")
     history = await store.compactions.history(s.id)
     if history:
         table = Table("#", "at", "reason", "messages", "tokens", "carried")
         for c in history:
-            table.add_row(str(c.number), _time(c.at), c.reason, f"{c.messages_before} → {c.messages_after}",
+            table.add_row(str(c.number), _time(c.at), _shown(args, c.reason), f"{c.messages_before} → {c.messages_after}",
                           f"{c.tokens_before:,} → {c.tokens_after:,}", str(c.carried))
         _console().print(table)
     return 0
@@ -86,12 +94,13 @@ async def _show(store: Store, args: argparse.Namespace) -> int:
 async def _export(store: Store, args: argparse.Namespace) -> int:
     await store.sessions.require(args.id)
     for record in await store.messages.export(args.id, include_archived=args.include_archived):
-        sys.stdout.write(json.dumps(record.message, ensure_ascii=False) + "\n")
+        sys.stdout.write(json.dumps(_shown(args, record.message), ensure_ascii=False) + "\n")
     return 0
 
 
 async def _search(store: Store, args: argparse.Namespace) -> int:
-    hits = await store.search(args.text, session_id=args.session, limit=args.limit)
+    hits = await store.search(args.text, session_id=args.session, limit=args.limit,
+                              redact=None if args.raw else redact_secrets)
     if not hits:
         print("no matches")
         return 0
@@ -124,15 +133,18 @@ def add_store_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore
     p.set_defaults(func=_with_store(_list))
     p = s_sub.add_parser("show", help="one session and its compaction history")
     p.add_argument("id")
+    p.add_argument("--raw", action="store_true", help=_RAW_HELP)
     p.set_defaults(func=_with_store(_show))
     p = s_sub.add_parser("export", help="print a session as OpenAI JSONL")
     p.add_argument("id")
     p.add_argument("--include-archived", action="store_true", help="also the turns compaction replaced")
+    p.add_argument("--raw", action="store_true", help=_RAW_HELP)
     p.set_defaults(func=_with_store(_export))
     p = s_sub.add_parser("search", help="full-text search over all messages, archived ones included")
     p.add_argument("text")
     p.add_argument("--session")
     p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--raw", action="store_true", help=_RAW_HELP)
     p.set_defaults(func=_with_store(_search))
     p = s_sub.add_parser("restore", help="bring back the active set from before a compaction")
     p.add_argument("id")

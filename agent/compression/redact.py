@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from agent.compression.secret_rules import RULES, Hit, Rule, fold_ascii
 
-__all__ = ["REDACTED", "apply_rule", "redact_secrets"]
+__all__ = ["REDACTED", "apply_rule", "redact_message", "redact_secrets"]
 
 REDACTED = "[REDACTED]"
 _SECRET_GROUPS = ("s", "s1", "s2")
@@ -98,3 +99,15 @@ def redact_secrets(text: str) -> str:
         if redacted is not text:
             text, folded = redacted, None
     return text
+
+
+def redact_message(value: Any) -> Any:
+    """A copy of a chat message (or any JSON-like value) with every string redacted; inline ``data:`` URLs
+    (images) are left as they are."""
+    if isinstance(value, str):
+        return value if value.startswith("data:") else redact_secrets(value)
+    if isinstance(value, dict):
+        return {key: redact_message(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [redact_message(item) for item in value]
+    return value
