@@ -21,8 +21,9 @@ from typing import Any
 
 from adapters.base import Adapter, Inbound
 from agent.events import EventSink, Notice
+from agent.memory import Author
 from agent.turn import StopReason
-from gateway.commands import Command, CommandContext, is_admin, run_command
+from gateway.commands import Command, CommandContext, is_admin, is_operator, run_command
 from gateway.compaction import run_hygiene
 from gateway.continuity import with_note
 from gateway.keys import SessionKey, session_key
@@ -132,8 +133,10 @@ class Router:
         async def notices(notice: Notice) -> None:
             await adapter.send(inbound.chat, notice.text)
 
+        admins = self.settings.gateway.admins
+        live.memory.set_author(Author(inbound.user_id, operator=is_operator(inbound, admins)))
         if command is not None and (command.known or not key.is_group):
-            admin = is_admin(inbound.platform, inbound.user_id, self.settings.gateway.admins, inbound.is_admin_hint)
+            admin = is_admin(inbound.platform, inbound.user_id, admins, inbound.is_admin_hint)
             ctx = CommandContext(self.sessions, live, inbound, admin, notices, self.events)
             reply, _ = await run_command(command, ctx)
             return [reply]
