@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agent.compression.messages import content_text, tool_calls_of
-from agent.compression.redact import apply_rule, redact_secrets
+from agent.compression.redact import apply_rule, redact_secrets, unescape_non_ascii
 from agent.compression.secret_rules import RULES
 from bench._redaction_corpus import Planted, negatives, positives
 from bench.corpus import corpus_dir, iter_transcripts
@@ -38,9 +38,11 @@ TARGET_FP = 0.01
 
 def redact_ungated(text: str) -> str:
     """Every rule in order, none skipped: what the gates must not change."""
+    readable = unescape_non_ascii(text) if text else text
+    redacted = readable
     for rule in RULES:
-        text = apply_rule(rule, text)
-    return text
+        redacted = apply_rule(rule, redacted)
+    return text if redacted == readable else redacted
 
 
 def leaked(planted: Planted, output: str) -> bool:

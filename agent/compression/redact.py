@@ -20,7 +20,7 @@ from typing import Any
 
 from agent.compression.secret_rules import RULES, Hit, Rule, fold_ascii
 
-__all__ = ["REDACTED", "apply_rule", "redact_message", "redact_secrets"]
+__all__ = ["REDACTED", "apply_rule", "redact_message", "redact_secrets", "unescape_non_ascii"]
 
 REDACTED = "[REDACTED]"
 _SECRET_GROUPS = ("s", "s1", "s2")
@@ -73,10 +73,39 @@ _PLANS = [(rule, re.compile("|".join(re.escape(gate) for gate in rule.gates)).se
            _starts_of(rule) if rule.anchored else None) for rule in RULES]
 
 
+_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u([0-9a-fA-F]{4})")
+
+
+def _unescaped(match: re.Match[str]) -> str:
+    code = int(match.group(2), 16)
+    keep = code < 0x80 or 0xD800 <= code < 0xE000  # quotes, control characters and surrogate halves stay escaped
+    return match.group(0) if keep else match.group(1) + chr(code)
+
+
+def unescape_non_ascii(text: str) -> str:
+    """``text`` with JSON ``\\uXXXX`` escapes of non-ASCII characters written out.
+
+    Tool arguments arrive as JSON encoded with such escapes; "\\u5bc6\\u7801\\u662fhunter2" hides both the cue
+    (密码是) and the boundary before a token. Writing them out keeps the JSON valid (only characters that need
+    no escaping are written out).
+    """
+    return _ESCAPE.sub(_unescaped, text) if "\\u" in text else text
+
+
 def redact_secrets(text: str) -> str:
-    """Replace API keys, tokens, passwords and private keys in ``text`` with ``[REDACTED]``."""
+    """Replace API keys, tokens, passwords and private keys in ``text`` with ``[REDACTED]``.
+
+    Text without a secret comes back unchanged (the very same string); text with one comes back with its
+    JSON escapes of non-ASCII characters written out (see `unescape_non_ascii`).
+    """
     if not text:
         return text
+    readable = unescape_non_ascii(text)
+    redacted = _redact_readable(readable)
+    return text if redacted is readable else redacted
+
+
+def _redact_readable(text: str) -> str:
     folded: str | None = None
     for rule, gated, starts in _PLANS:
         if rule.folded:

@@ -261,9 +261,10 @@ def _openai_key(hit: Hit) -> bool:
 # -- the rules -------------------------------------------------------------------------------------------
 
 # A value in quotes may hold spaces; a bare one runs to whitespace or a separator and does not end in
-# sentence punctuation.
-_BARE = r"[^\s\"'`,;&<>(){}\[\]]{3,}(?<![.:!?])"
-_VALUE = rf"(?:\"(?P<s1>[^\"\n]{{3,200}})\"|'(?P<s2>[^'\n]{{3,200}})'|(?P<s>{_BARE}))"
+# sentence punctuation. Quotes may be escaped (``\"``, ``\\\"``): tool arguments are JSON inside JSON.
+_BARE = r"[^\s\"'`,;&<>(){}\[\]\\]{3,}(?<![.:!?])"
+_Q = r"\\{0,3}"
+_VALUE = rf"(?:{_Q}\"(?P<s1>[^\"\n\\]{{3,200}}){_Q}\"|{_Q}'(?P<s2>[^'\n\\]{{3,200}}){_Q}'|(?P<s>{_BARE}))"
 _ASCII_VALUE = r"(?P<s>[!#-&(-Z^-~]{4,}(?<![.,:;!?]))"
 _NOT_REDACTED = r"(?!\[redacted\])"
 
@@ -312,9 +313,14 @@ def _rule(name: str, pattern: str, gates: tuple[str, ...], *, flags: int = 0, fo
 
 RULES: tuple[Rule, ...] = (
     # -- by shape: the whole match is the secret ------------------------------------------------------
+    # A block cut short (a clipped message) ends where its base64 lines end, not at the end of the text.
     _rule("pem_private_key",
-          r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)",
+          r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----(?:.*?-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|"
+          r"(?:\s*(?:[A-Za-z0-9+/=]+|[A-Za-z-]+: [^\n]*))*)",
           ("-----BEGIN ",), flags=re.S),
+    # ... and one whose beginning was cut off ends in its END line.
+    _rule("pem_private_key_tail", r"(?:[A-Za-z0-9+/=]{16,}[ \t]*\r?\n)+-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----",
+          ("-----END ",)),
     _rule("openai_anthropic", r"\bsk-[A-Za-z0-9_\-]{16,}", ("sk-",), accept=_openai_key),
     _rule("stripe", r"\b(?:[sr]k_(?:live|test)_[A-Za-z0-9]{16,}|whsec_[A-Za-z0-9]{24,})",
           ("_live_", "_test_", "whsec_")),
@@ -347,7 +353,8 @@ RULES: tuple[Rule, ...] = (
           accept=_basic_credentials),
     # -- by context: a secret-like key or cue, then the value ---------------------------------------------
     _rule("key_value",
-          rf"(?P<key>{_KEY_NAMES})[\"']?\s*(?::=|[:=]|=>)\s*(?:b?[\"'](?P<s1>[^\"'\n]{{3,200}})[\"']|(?P<s>{_BARE}))",
+          rf"(?P<key>{_KEY_NAMES})(?:{_Q}[\"'])?\s*(?::=|[:=]|=>)\s*(?:b?{_Q}[\"'](?P<s1>[^\"'\n\\]{{3,200}}){_Q}[\"']|"
+          rf"(?P<s>{_BARE}))",
           _KEY_GATES, folded=True, accept=_keyed_value, anchored=True),
     _rule("cli_flag", rf"(?<![\w-])--(?:{_FLAG_NAMES})(?:=|\s+){_VALUE}", ("--",), folded=True,
           accept=_strong_value),
@@ -359,7 +366,7 @@ RULES: tuple[Rule, ...] = (
           rf"(?P<cue>{_LOGIN_CUES})[^\n/]{{0,40}}?(?:\s|[:：])[\w.@+\-]{{1,64}}\s*/\s*"
           rf"(?P<s>[^\s/\"'`]{{2,}}[^\s/\"'`.,;:!?)])",
           _LOGIN_GATES, folded=True, accept=_login_value, anchored=True),
-    _rule("prose_cue", rf"(?P<cue>{_PROSE_CUES})s?{_PROSE_SEP}[\"'`“]?(?P<s>{_BARE})", _PROSE_GATES, folded=True,
+    _rule("prose_cue", rf"(?P<cue>{_PROSE_CUES})s?{_PROSE_SEP}(?:{_Q}[\"'`“])?(?P<s>{_BARE})", _PROSE_GATES, folded=True,
           accept=_prose_value, anchored=True),
     _rule("chinese_cue", rf"(?:{_ZH_CUES}){_ZH_SEP}[\"'`“「]?{_ASCII_VALUE}", _ZH_GATES, accept=_strong_value,
           anchored=True),
