@@ -224,10 +224,6 @@ def _credential_value(hit: Hit) -> bool:
     return _credential_like(hit.value)
 
 
-def _random_value(hit: Hit) -> bool:
-    return _looks_random(hit.value)
-
-
 def _basic_credentials(hit: Hit) -> bool:
     """``Basic <b64>`` in free text: only when it decodes to ``user:password``."""
     value = hit.value
