@@ -23,6 +23,7 @@ import os
 import socket
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import IO, Any
 
 from agent.compression.redact import redact_secrets
@@ -139,17 +140,40 @@ class JsonFormatter(logging.Formatter):
         return line.translate(_LINE_BREAKS)
 
 
-def configure_logging(level: str, *, json_logs: bool, log_content: bool = False,
-                      stream: IO[str] | None = None) -> logging.Handler:
-    """Send every log record to ``stream`` (stderr: logs never mix with the console chat or JSONL on stdout)."""
-    handler = logging.StreamHandler(stream or sys.stderr)
-    handler.addFilter(RedactingFilter())
-    handler.setFormatter(JsonFormatter() if json_logs else logging.Formatter(
-        "%(asctime)s %(levelname)s %(name)s: %(message)s"))
+class _CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is now: the console's prompt swaps in a proxy that prints above it."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
+
+
+def configure_logging(level: str, *, json_logs: bool, log_content: bool = False, stream: IO[str] | None = None,
+                      log_file: Path | None = None) -> list[logging.Handler]:
+    """Send every log record to ``stream`` (default: the current stderr, so logs never mix with the console
+    chat or JSONL on stdout). With ``log_file`` (the interactive console) everything also goes there and the
+    stream only shows WARNING and up."""
+    handlers: list[logging.Handler] = [logging.StreamHandler(stream) if stream is not None else _CurrentStderr()]
+    if log_file is not None:
+        handlers[0].setLevel(logging.WARNING)
+        try:
+            handlers.append(logging.FileHandler(log_file, encoding="utf-8"))
+        except OSError as exc:
+            print(f"concord: cannot write the log file {log_file} ({exc.strerror}); only warnings are shown",
+                  file=sys.stderr)
+    for handler in handlers:
+        handler.addFilter(RedactingFilter())
+        handler.setFormatter(JsonFormatter() if json_logs else logging.Formatter(
+            "%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
-    root.addHandler(handler)
+    for handler in handlers:
+        root.addHandler(handler)
     root.setLevel(level)
     if level != "DEBUG":
         for noisy in _NOISY:
@@ -159,4 +183,4 @@ def configure_logging(level: str, *, json_logs: bool, log_content: bool = False,
             logger = logging.getLogger(name)
             if logger.getEffectiveLevel() < floor:
                 logger.setLevel(floor)
-    return handler
+    return handlers
