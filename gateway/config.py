@@ -192,6 +192,9 @@ class GatewaySettings(BaseModel):
     # only kept in memory (group_context_limit of them) and handed to the next question.
     group_history: Literal["addressed", "observe"] = "observe"
     group_context_limit: int = Field(default=50, ge=0, le=10_000)
+    # While the database is down, messages of a session wait in memory, in order, up to this many; the next
+    # ones are answered "unavailable".
+    held_messages_per_session: int = Field(default=500, ge=1, le=100_000)
     bot_name: str = "Concord"
     # The persona: text, or @path to a file holding it; {bot_name} and {platform} are filled in. Unset: the
     # built-in one. Admins can override it per chat with /persona.
