@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Protocol
+
+from agent.compression.redact import redact_secrets
 
 __all__ = [
     "EVENT_COMPRESS",
@@ -130,8 +132,10 @@ def error_notice(text: str) -> Notice:
 
 
 async def emit_notice(sink: NoticeSink | None, notice: Notice) -> None:
-    """Deliver ``notice``; a failing sink is logged, never raised."""
-    await _deliver(sink, notice, f"notice {notice.kind}")
+    """Deliver ``notice`` with any secret in its text redacted (error texts quote providers and tools); a
+    failing sink is logged, never raised."""
+    clean = redact_secrets(notice.text)
+    await _deliver(sink, notice if clean == notice.text else replace(notice, text=clean), f"notice {notice.kind}")
 
 
 async def emit_stream(stream: TurnStream | None, text: str, *, status: bool = False) -> None:

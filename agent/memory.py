@@ -6,8 +6,15 @@ is about to be summarized away, and when a compaction moves the conversation to 
 (``on_session_switch``). Its content enters the system prompt as a snapshot frozen at session start: writes
 during the session land on disk but do not change the prompt, which keeps the prompt cache valid.
 
-`FileMemoryProvider` keeps ``bots/<bot>/MEMORY.md`` (what the bot learned, shared by all its users) and
-``users/<user>/USER.md`` (one user's facts and preferences) under a root directory.
+`FileMemoryProvider` keeps three files under a root directory, each with its own trust boundary:
+
+- ``bots/<bot>/MEMORY.md`` — bot-wide, in the prompt of every chat on every platform, so only the bot's
+  operators write it (``/remember``, or the tool in a turn whose sender is an operator).
+- ``users/<platform>-<user>/USER.md`` — one user's facts, only in that user's own conversations (DMs and
+  per-user group sessions), written only there.
+- ``chats/<platform>-<chat>/CHAT.md`` — one group chat's notes, only in that chat.
+
+Every entry is redacted (no secret is ever stored) and capped in size, and so is every file.
 """
 
 from __future__ import annotations
@@ -16,15 +23,18 @@ import asyncio
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from agent.compression.redact import redact_secrets
 from agent.tokens import message_text
-from agent.tools.memory_tool import memory_tool
+from agent.tools.memory_tool import MAX_ENTRY_CHARS, memory_tool
 from agent.tools.registry import Tool
 
 __all__ = [
     "DEFAULT_MAX_FILE_CHARS",
+    "Author",
     "FileMemoryProvider",
     "MemoryFull",
     "MemoryProvider",
@@ -32,7 +42,8 @@ __all__ = [
     "system_prompt_with_memory",
 ]
 
-Target = Literal["user", "bot"]
+Target = Literal["user", "chat", "bot"]
+
 DEFAULT_MAX_FILE_CHARS = 20_000
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 # "remember that X" / "please remember: X" at the start of a line of a user message.
@@ -40,7 +51,15 @@ _REMEMBER = re.compile(r"(?im)^\s*(?:please\s+)?remember(?:\s+that)?\s*[:,]?\s+(
 
 
 class MemoryFull(Exception):
-    """An append would grow a memory file past its size cap."""
+    """An entry is too long, or an append would grow a memory file past its size cap."""
+
+
+@dataclass(frozen=True, slots=True)
+class Author:
+    """Who is talking to the agent this turn: ``operator`` may write the bot-wide memory."""
+
+    user_id: str | None = None
+    operator: bool = False
 
 
 class MemoryProvider:
@@ -58,6 +77,13 @@ class MemoryProvider:
 
     async def on_session_switch(self, old_session_id: str, new_session_id: str) -> None:
         """A compaction or /new moved the conversation from one session id to another."""
+
+    def set_author(self, author: Author) -> None:
+        """The sender of the turn about to run (the gateway calls this before each turn)."""
+
+    async def append(self, target: Target, text: str) -> None:
+        """Add one entry to a memory file; this provider has none (`LookupError`)."""
+        raise LookupError("memory is turned off")
 
     def tools(self) -> list[Tool]:
         """Tools this memory offers the model."""
@@ -80,21 +106,38 @@ def _safe_id(raw: str) -> str:
 class FileMemoryProvider(MemoryProvider):
     """MEMORY.md per bot and USER.md per user under ``root``; appends only, each file capped in size."""
 
-    def __init__(self, root: Path, bot_id: str, user_id: str | None = None, *,
+    def __init__(self, root: Path, bot_id: str, user_id: str | None = None, *, chat_id: str | None = None,
                  max_file_chars: int = DEFAULT_MAX_FILE_CHARS) -> None:
         self.root = Path(root)
         self.bot_file = self.root / "bots" / _safe_id(bot_id) / "MEMORY.md"
         self.user_file = self.root / "users" / _safe_id(user_id) / "USER.md" if user_id else None
+        self.chat_file = self.root / "chats" / _safe_id(chat_id) / "CHAT.md" if chat_id else None
         self.max_file_chars = max_file_chars
+        self.author = Author()
         self._snapshot = ""
         self._lock = asyncio.Lock()
 
     def _path(self, target: Target) -> Path:
         if target == "bot":
             return self.bot_file
-        if self.user_file is None:
-            raise LookupError("no user is attached to this conversation, so there is no user memory")
-        return self.user_file
+        path = self.user_file if target == "user" else self.chat_file
+        if path is None:
+            raise LookupError(f"this conversation has no {target} memory")
+        return path
+
+    @property
+    def scopes(self) -> list[Target]:
+        """The scopes this conversation has, the default (narrowest) first."""
+        present: list[Target] = [t for t, f in (("user", self.user_file), ("chat", self.chat_file)) if f]
+        return [*present, "bot"]
+
+    def set_author(self, author: Author) -> None:
+        """The sender of the turn about to run; only an operator's turn may write the bot-wide memory."""
+        self.author = author
+
+    def may_write(self, target: Target) -> bool:
+        """Whether this turn's sender may write ``target`` (the bot-wide memory: operators only)."""
+        return target in self.scopes and (target != "bot" or self.author.operator)
 
     async def read(self, target: Target) -> str:
         """The current content of a memory file ('' when it does not exist yet)."""
@@ -102,8 +145,12 @@ class FileMemoryProvider(MemoryProvider):
         return await asyncio.to_thread(lambda: path.read_text("utf-8") if path.exists() else "")
 
     async def append(self, target: Target, text: str) -> None:
-        """Add one entry (a ``- `` bullet line) to a memory file; `MemoryFull` past the size cap."""
-        entry = "- " + " ".join(text.split()) + "\n"
+        """Add one entry (a ``- `` bullet line, secrets redacted) to a memory file; `MemoryFull` for an entry
+        over `MAX_ENTRY_CHARS` or past the file's size cap. Trusted: callers check `may_write` first."""
+        flat = " ".join(redact_secrets(text).split())
+        if len(flat) > MAX_ENTRY_CHARS:
+            raise MemoryFull(f"an entry holds at most {MAX_ENTRY_CHARS:,} characters ({len(flat):,} given)")
+        entry = f"- {flat}\n"
         path = self._path(target)
         async with self._lock:
             current = await self.read(target)
@@ -112,15 +159,16 @@ class FileMemoryProvider(MemoryProvider):
             await asyncio.to_thread(_append_text, path, entry)
 
     async def start_session(self, session_id: str) -> None:
-        """Freeze both files into the snapshot the system prompt carries for this session."""
+        """Freeze the files into the snapshot the system prompt carries for this session (redacted again:
+        a file may predate the redactor, or have been edited by hand)."""
+        headings = {"bot": "## What you remember (MEMORY.md)", "chat": "## What this chat asked you to remember "
+                    "(CHAT.md)", "user": "## What you know about this user (USER.md)"}
         blocks = []
-        bot = (await self.read("bot")).strip()
-        if bot:
-            blocks.append(f"## What you remember (MEMORY.md)\n{bot}")
-        if self.user_file is not None:
-            user = (await self.read("user")).strip()
-            if user:
-                blocks.append(f"## What you know about this user (USER.md)\n{user}")
+        for target in ("bot", "chat", "user"):
+            if target in self.scopes:
+                content = redact_secrets((await self.read(target)).strip())  # type: ignore[arg-type]
+                if content:
+                    blocks.append(f"{headings[target]}\n{content}")
         self._snapshot = "\n\n".join(blocks)
 
     def system_prompt_block(self) -> str:
@@ -145,8 +193,8 @@ class FileMemoryProvider(MemoryProvider):
                 current = await self.read("user")
 
     def tools(self) -> list[Tool]:
-        """The ``memory`` tool bound to these files."""
-        return [memory_tool(self, has_user=self.user_file is not None)]
+        """The ``memory`` tool bound to these files and to the trust rules of `may_write`."""
+        return [memory_tool(self)]
 
 
 def _append_text(path: Path, text: str) -> None:

@@ -144,7 +144,9 @@ def _memory_factory(settings: Settings) -> Callable[[SessionKey, str | None], Me
         return lambda key, user: MemoryProvider()
     root = settings.memory.directory or settings.storage.data_dir / "memory"
     bot = settings.gateway.bot_name
-    return lambda key, user: FileMemoryProvider(root, bot, f"{key.platform}-{user}" if user else None)
+    # Users and chats are namespaced by platform: the same id on two platforms is two people, two chats.
+    return lambda key, user: FileMemoryProvider(root, bot, f"{key.platform}-{user}" if user else None,
+                                                chat_id=f"{key.platform}-{key.shared_chat_key}" if key.is_group else None)
 
 
 async def _open_store(settings: Settings) -> Store:

@@ -5,12 +5,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -21,6 +20,7 @@ from agent.transcript import MalformedTranscript, read_transcript_file
 from gateway.cli_store import add_store_commands
 from gateway.config import ConfigError, Settings, load_settings, masked_dump
 from gateway.data_dir import ensure_data_dir
+from gateway.logsetup import configure_logging
 from gateway.store import StorageUnavailable
 from gateway.store.migrate import first_line
 
@@ -79,37 +79,11 @@ def _cmd_tokens(args: argparse.Namespace) -> int:
     return 0
 
 
-class _CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
-    """Writes to whatever ``sys.stderr`` is now: the console's prompt swaps in a proxy that prints above it."""
-
-    @property  # type: ignore[override]
-    def stream(self) -> Any:
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, _value: Any) -> None:
-        pass
-
-
 def _configure_logging(settings: Settings, *, log_file: Path | None = None) -> None:
     """Logs to stderr; with ``log_file`` (the interactive console) everything goes there and stderr only
     shows WARNING and up, so INFO lines never interrupt the chat."""
-    fmt = ('{"time":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","message":"%(message)s"}'
-           if settings.logging.json_logs else "%(asctime)s %(levelname)s %(name)s: %(message)s")
-    stderr = _CurrentStderr()
-    handlers: list[logging.Handler] = [stderr]
-    if log_file is not None:
-        stderr.setLevel(logging.WARNING)
-        try:
-            handlers.append(logging.FileHandler(log_file, encoding="utf-8"))
-        except OSError as exc:
-            print(f"concord: cannot write the log file {log_file} ({exc.strerror}); only warnings are shown",
-                  file=sys.stderr)
-    logging.basicConfig(level=settings.logging.level, format=fmt, handlers=handlers)
-    if settings.logging.level != "DEBUG":
-        # Per-request and per-job chatter from libraries drowns the console chat; keep their warnings.
-        for noisy in ("httpx", "alembic", "apscheduler", "discord.gateway", "telegram.ext"):
-            logging.getLogger(noisy).setLevel(logging.WARNING)
+    configure_logging(settings.logging.level, json_logs=settings.logging.json_logs,
+                      log_content=settings.logging.log_content, log_file=log_file)
 
 
 def _console_log_file(settings: Settings) -> Path | None:

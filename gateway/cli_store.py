@@ -12,10 +12,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from agent.compression.redact import redact_message, redact_secrets
 from gateway.config import Settings, load_settings
 from gateway.store import CompactionNotFound, SessionNotFound, Store, upgrade_database
 
 __all__ = ["add_store_commands"]
+
+_RAW_HELP = "print stored text as it is, secrets included (default: API keys, tokens and passwords redacted)"
 
 
 
@@ -64,6 +67,11 @@ async def _list(store: Store, args: argparse.Namespace) -> int:
     return 0
 
 
+def _shown(args: argparse.Namespace, value: Any) -> Any:
+    """``value`` as printed: redacted unless the operator asked for ``--raw``."""
+    return value if args.raw else redact_message(value)
+
+
 async def _show(store: Store, args: argparse.Namespace) -> int:
     from gateway.app import session_status
     from gateway.commands import format_status
@@ -73,14 +81,15 @@ async def _show(store: Store, args: argparse.Namespace) -> int:
                        ("goal", s.goal), ("parent", s.parent_session_id), ("started", _time(s.started_at)),
                        ("last active", _time(s.last_active_at)), ("ended", _time(s.ended_at)),
                        ("end reason", s.end_reason)]:
-        _console().print(f"{key:>18}: {value if value is not None else '-'}")
+        _console().print(f"{key:>18}: {_shown(args, value) if value is not None else '-'}")
     # The same figures, computed the same way, as /status in the chat.
-    _console().print("\n" + format_status(await session_status(load_settings(), store, s.id)) + "\n")
+    status = format_status(await session_status(load_settings(), store, s.id))
+    _console().print("\n" + _shown(args, status) + "\n")
     history = await store.compactions.history(s.id)
     if history:
         table = Table("#", "at", "reason", "messages", "tokens", "carried")
         for c in history:
-            table.add_row(str(c.number), _time(c.at), c.reason, f"{c.messages_before} → {c.messages_after}",
+            table.add_row(str(c.number), _time(c.at), _shown(args, c.reason), f"{c.messages_before} → {c.messages_after}",
                           f"{c.tokens_before:,} → {c.tokens_after:,}", str(c.carried))
         _console().print(table)
     return 0
@@ -89,12 +98,13 @@ async def _show(store: Store, args: argparse.Namespace) -> int:
 async def _export(store: Store, args: argparse.Namespace) -> int:
     await store.sessions.require(args.id)
     for record in await store.messages.export(args.id, include_archived=args.include_archived):
-        sys.stdout.write(json.dumps(record.message, ensure_ascii=False) + "\n")
+        sys.stdout.write(json.dumps(_shown(args, record.message), ensure_ascii=False) + "\n")
     return 0
 
 
 async def _search(store: Store, args: argparse.Namespace) -> int:
-    hits = await store.search(args.text, session_id=args.session, limit=args.limit)
+    hits = await store.search(args.text, session_id=args.session, limit=args.limit,
+                              redact=None if args.raw else redact_secrets)
     if not hits:
         print("no matches")
         return 0
@@ -149,17 +159,20 @@ def add_store_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore
                          description="One session: its details, the figures /status shows in the chat, and "
                                      "every compaction and restore.")
     p.add_argument("id", help="session id (from `concord sessions list`)")
+    p.add_argument("--raw", action="store_true", help=_RAW_HELP)
     p.set_defaults(func=_with_store(_show))
     p = s_sub.add_parser("export", help="print a session as OpenAI JSONL",
                          description="Print the session's messages as OpenAI JSONL, one message per line.")
     p.add_argument("id", help="session id (from `concord sessions list`)")
     p.add_argument("--include-archived", action="store_true", help="also the turns compaction replaced")
+    p.add_argument("--raw", action="store_true", help=_RAW_HELP)
     p.set_defaults(func=_with_store(_export))
     p = s_sub.add_parser("search", help="full-text search over all messages, archived ones included",
                          description="Full-text search over every stored message, archived ones included.")
     p.add_argument("text", help="words to find (all of them; CJK text matches as substrings)")
     p.add_argument("--session", metavar="ID", help="only this session")
     p.add_argument("--limit", type=_positive, default=20, help="at most this many hits (default 20)")
+    p.add_argument("--raw", action="store_true", help=_RAW_HELP)
     p.set_defaults(func=_with_store(_search))
     p = s_sub.add_parser("restore", help="bring back the active set from before a compaction",
                          description="Make the messages compaction N replaced active again, followed by every "

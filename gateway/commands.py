@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from adapters.base import Inbound
 from agent.compression.engine import CompressionResult
 from agent.events import EventSink, NoticeSink
+from agent.memory import MemoryFull
 from gateway.busy import RunningTurn
 from gateway.compaction import compress_session, hygiene_check
 from gateway.limits import RateLimiter, format_top_spenders, format_usage
@@ -56,16 +57,19 @@ COMMANDS: dict[str, str] = {
     "pin": "/pin TEXT — keep a rule word for word in every request of this chat",
     "pins": "/pins — the pinned rules",
     "unpin": "/unpin N — remove pin N",
+    "remember": "/remember <fact> — save a fact to the bot-wide memory, which every chat sees (operators only)",
     "help": "/help — this list",
 }
-ADMIN_COMMANDS = frozenset({"compress", "stats", "approve", "persona"})
+ADMIN_COMMANDS = frozenset({"compress", "stats", "approve", "persona", "remember"})
 # /new resets a conversation everyone in a group shares, so there it is an admin command too.
-GROUP_ADMIN_COMMANDS = frozenset({"compress", "new", "stats", "approve", "persona", "pin", "unpin"})
+GROUP_ADMIN_COMMANDS = frozenset({"compress", "new", "stats", "approve", "persona", "remember", "pin", "unpin"})
 UNPIN_FLAG = "--unpin"
 
 NOTHING_TO_COMPRESS = "Nothing to compress: everything is already in the protected head and tail."
 REFUSAL = "Sorry, /{name} is for admins only."
 OPERATOR_REFUSAL = "Sorry, /stats is for the bot's operators (gateway.admins) only."
+REMEMBER_REFUSAL = ("Sorry, /remember writes the bot-wide memory that every chat sees, so it is for the bot's "
+                    "operators (gateway.admins) only.")
 BUSY = "A compression of this conversation is already running; try again in a moment."
 MANUAL_REASON = "manual /compress"
 
@@ -252,6 +256,8 @@ async def run_command(command: Command, ctx: CommandContext) -> tuple[str, LiveS
         return await approve_command(ctx, command.args), ctx.live
     if command.name == "persona":
         return await persona_command(ctx, command.args), ctx.live
+    if command.name == "remember":
+        return await _remember(ctx, command.args), ctx.live
     if command.name == "help":
         return format_help(ctx.admin), ctx.live
     return f"Unknown command /{command.name}. Try /help.", ctx.live
@@ -356,6 +362,21 @@ async def _compress(ctx: CommandContext, focus: str | None) -> str:
         result = await compress_session(ctx.sessions, live, reason=MANUAL_REASON, focus=focus, force=True,
                                         notices=ctx.notices, events=ctx.events)
     return format_compress_result(result)
+
+
+async def _remember(ctx: CommandContext, fact: str) -> str:
+    # The bot-wide memory is in every chat's prompt on every platform: a community's admin is not enough.
+    if not is_operator(ctx.inbound, ctx.sessions.rt.settings.gateway.admins):
+        return REMEMBER_REFUSAL
+    if not fact:
+        return "Usage: /remember <fact> (saved to the bot-wide memory, which every chat sees)."
+    try:
+        await ctx.live.memory.append("bot", fact)
+    except LookupError:
+        return "Memory is turned off (memory.enabled: false), so nothing was saved."
+    except MemoryFull as exc:
+        return f"Not saved: {exc}."
+    return "Saved to the bot-wide memory (MEMORY.md). Every chat sees it from its next session on."
 
 
 def status_figures(sessions: SessionManager, live: LiveSession) -> StatusFigures:

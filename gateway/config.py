@@ -32,6 +32,9 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from agent.compression.redact import redact_secrets
+from gateway.masking import describe_value, mask_url, mask_urls
+
 __all__ = ["ConfigError", "Settings", "load_settings", "mask_url", "masked_dump", "unknown_env_sections"]
 
 _Section = ConfigDict(extra="forbid", validate_default=True)
@@ -374,11 +377,13 @@ class LimitsSettings(BaseModel):
 
 
 class LoggingSettings(BaseModel):
-    """Log output."""
+    """Log output (see gateway/logsetup.py)."""
 
     model_config = _Section
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     json_logs: bool = False
+    # True lets libraries log message payloads and SQL at DEBUG (still redacted); for debugging only.
+    log_content: bool = False
 
 
 class Settings(BaseSettings):
@@ -445,14 +450,7 @@ _SECRET_KEYS = ("api_key", "token", "secret", "password", "url")
 
 def _describe_value(loc: tuple[Any, ...], value: Any) -> str:
     key = str(loc[-1]) if loc else ""
-    if key in ("base_url", "api_base_url", "webhook_url", "database_url"):
-        # Shown to help fix them, but a URL can carry a password (``postgres://user:password@host``).
-        return repr(mask_url(value)) if isinstance(value, str) else repr(value)
-    if any(word in key for word in _SECRET_KEYS):
-        return "'***'"
-    if isinstance(value, dict | list):
-        return type(value).__name__
-    return repr(value)
+    return describe_value(key, value, secret=any(word in key for word in _SECRET_KEYS))
 
 
 def _format_errors(exc: ValidationError) -> str:
@@ -497,28 +495,16 @@ def load_settings(**overrides: Any) -> Settings:
     except ConfigError:
         raise
     except (OSError, ValueError, yaml.YAMLError) as exc:  # unreadable / malformed YAML or .env
-        raise ConfigError(f"cannot read configuration: {exc}") from None
+        raise ConfigError(f"cannot read configuration: {redact_secrets(str(exc))}") from None
     if unknown:
         raise ConfigError("\n".join(["invalid configuration:", *unknown]))
     return settings
 
 
 def masked_dump(settings: Settings) -> dict[str, Any]:
-    """The effective configuration as plain data with every secret masked."""
+    """The effective configuration as plain data with every secret masked (URL credentials included)."""
     data = settings.model_dump(mode="json")
-    if settings.storage.database_url:
-        data["storage"]["database_url"] = mask_url(settings.storage.database_url)
-    data["storage"]["effective_database_url"] = mask_url(settings.storage.url)
+    data["storage"]["effective_database_url"] = settings.storage.url
     if settings.redis.url is not None:
-        data["redis"]["url"] = mask_url(settings.redis.url.get_secret_value())
-    return data
-
-
-def mask_url(url: str) -> str:
-    """Hide the password part of a URL (user:password@host)."""
-    scheme, sep, rest = url.partition("://")
-    if not sep or "@" not in rest:
-        return url
-    creds, _, host = rest.rpartition("@")
-    user = creds.split(":", 1)[0]
-    return f"{scheme}://{user}:***@{host}" if ":" in creds else url
+        data["redis"]["url"] = settings.redis.url.get_secret_value()
+    return mask_urls(data)

@@ -43,6 +43,11 @@ class SessionKey:
         """Whether several people may share this conversation (group, channel or thread)."""
         return not self.chat_key.startswith("dm:")
 
+    @property
+    def shared_chat_key(self) -> str:
+        """The chat (channel, group, thread) without the per-user suffix: what everyone in it shares."""
+        return self.chat_key.partition(":user:")[0]
+
 
 def session_key(message: _Addressable, scope: Scope = "shared") -> SessionKey:
     """The session key of ``message`` under ``scope``.

@@ -34,15 +34,17 @@ from typing import Any
 
 from adapters.base import Adapter, Inbound
 from agent.events import EventSink, Notice
+from agent.memory import Author
 from agent.turn import StopReason, TurnResult
 from gateway.access import AccessPolicy, Verdict, user_ref
 from gateway.busy import Batch, RunningTurn, RunningTurns
-from gateway.commands import Command, CommandContext, is_admin, run_command, stop_command
+from gateway.commands import Command, CommandContext, is_admin, is_operator, run_command, stop_command
 from gateway.compaction import run_hygiene
 from gateway.continuity import with_note
 from gateway.durability import backoff_delay, is_storage_outage
 from gateway.keys import SessionKey, session_key
 from gateway.limits import RateLimiter
+from gateway.logsetup import bind_log_session, log_context
 from gateway.logthrottle import LogThrottle, describe_cause
 from gateway.metrics import fan_out
 from gateway.observe import GroupObserver
@@ -111,7 +113,7 @@ class Router:
         # The runtime's metrics always listen; a sink given here hears every event too.
         self.events: EventSink = self.metrics if events is None else fan_out(self.metrics, events)
         self.context = GroupContext(self.settings.gateway.group_context_limit)
-        self._queues: SessionQueues[SessionKey, tuple[Inbound | Batch, Adapter]] = SessionQueues(self._process)
+        self._queues: SessionQueues[SessionKey, tuple[Inbound | Batch, Adapter]] = SessionQueues(self._process_logged)
         self._seen: OrderedDict[tuple[str, str, str | None, str], None] = OrderedDict()
         self._dedupe_size = dedupe_size
         rt = sessions.rt
@@ -240,6 +242,11 @@ class Router:
         await self._queues.aclose(grace_seconds)
         await self.observer.aclose()
 
+    async def _process_logged(self, key: SessionKey, item: tuple[Inbound | Batch, Adapter]) -> None:
+        # Every line logged while this message is handled names its session and platform.
+        with log_context(session=str(key), platform=key.platform):
+            await self._process(key, item)
+
     async def _process(self, key: SessionKey, item: tuple[Inbound | Batch, Adapter]) -> None:
         queued, adapter = item
         inbound = await queued.take(self.settings.gateway.collect_window_seconds) if isinstance(queued, Batch) \
@@ -278,6 +285,7 @@ class Router:
                 self.context.add(key, speaker_tag(inbound.user_name, inbound.text))
             return []
         live = await self.sessions.open(key, inbound.user_id)
+        bind_log_session(live.id)
         if self.observing and key.is_group:
             await self.observer.flush_locked(key, live)  # what the group said comes before the question
 
@@ -285,6 +293,8 @@ class Router:
             await adapter.send(inbound.chat, notice.text)
 
         admin = is_admin(inbound.platform, inbound.user_id, self.settings.gateway.admins, inbound.is_admin_hint)
+        # Who may write which memory this turn (the bot-wide one: operators only).
+        live.memory.set_author(Author(inbound.user_id, operator=is_operator(inbound, self.settings.gateway.admins)))
         if command is not None and (command.known or not key.is_group):
             ctx = CommandContext(self.sessions, live, inbound, admin, notices, self.events, self.limiter,
                                  self.pairing)

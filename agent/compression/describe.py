@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agent.compression.messages import parse_arguments
+from agent.compression.redact import redact_secrets
 
 __all__ = ["call_arguments", "call_target", "describe_tool_result"]
 
@@ -27,6 +28,10 @@ _CLIP = 120
 
 def _clip(text: str, limit: int = _CLIP) -> str:
     flat = " ".join(text.split())
+    if len(flat) <= limit:
+        return flat
+    # Redacted before it is cut: half a secret no longer has the shape that gives it away.
+    flat = redact_secrets(flat)
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 

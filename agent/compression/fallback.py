@@ -34,6 +34,10 @@ _PATH_KEYS = ("path", "file_path", "filepath", "filename", "file", "target_file"
 
 def _clip(text: str, limit: int) -> str:
     flat = " ".join(text.split())
+    if len(flat) <= limit:
+        return flat
+    # Redacted before it is cut: half a secret no longer has the shape that gives it away.
+    flat = redact_secrets(flat)
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 

@@ -1,62 +1,142 @@
-"""Secret redaction for text that goes to or comes from the summary model (R-C3, R-C4).
+"""Secret redaction for every text that leaves the conversation: summaries, memory, logs, CLI output, errors.
 
-Applied twice: to the serialized middle before the summary call, and to the model's output, because a
-summary is re-sent on every later request and may be persisted; a key that slipped in would live forever.
-Patterns aim at high-signal shapes (known token prefixes, ``key=value`` with secret-like key names, PEM
-blocks) so ordinary prose and code survive.
+Applied to the serialized middle before the summary call and to the model's output (R-C3, R-C4), because a
+summary is re-sent on every later request and persisted; a key that slipped in would live forever. The
+rules (`secret_rules.RULES`) catch secrets by shape (vendor key formats, PEM blocks, URL credentials) and by
+context (``password=``, "my password is …", ``psql -W …``, 密码：…, a random string after a cue word).
+
+Speed: a rule runs only when one of its literal gates occurs in the text (a substring test in C, against
+the A-Z-lower-cased text for folded rules) and its prefilter, if any, finds something; an anchored rule
+(every match starts with a gate: the cue words) is tried only where a gate occurs instead of at every
+position. Ordinary text pays a handful of substring checks instead of two dozen regex scans. The result is
+that of applying every rule in order (``apply_rule`` on each), which the tests hold it to.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
+from typing import Any
 
-__all__ = ["REDACTED", "redact_secrets"]
+from agent.compression.secret_rules import RULES, Hit, Rule, fold_ascii
+
+__all__ = ["REDACTED", "apply_rule", "redact_message", "redact_secrets", "unescape_non_ascii"]
 
 REDACTED = "[REDACTED]"
+_SECRET_GROUPS = ("s", "s1", "s2")
 
-# Whole-match patterns: the entire match is a secret.
-_WHOLE = [
-    # PEM private keys, possibly truncated at the end of a message.
-    re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)", re.S),
-    # OpenAI / Anthropic / OpenRouter style keys.
-    re.compile(r"\bsk-(?:ant-|proj-|or-)?[A-Za-z0-9_\-]{16,}"),
-    # GitHub tokens (classic prefixes and fine-grained PATs).
-    re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{22,})"),
-    # AWS access key ids.
-    re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
-    # Telegram bot tokens: numeric bot id, colon, 35-char secret.
-    re.compile(r"\b\d{6,12}:[A-Za-z0-9_\-]{30,}"),
-    # Slack tokens.
-    re.compile(r"\bxox[abposr]-[A-Za-z0-9\-]{10,}"),
-    # Google API keys.
-    re.compile(r"\bAIza[0-9A-Za-z_\-]{35}"),
-    # JSON web tokens.
-    re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
-    # Discord bot tokens: base64 user id . timestamp . hmac.
-    re.compile(r"\b[MNO][A-Za-z0-9_\-]{23,27}\.[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{27,40}\b"),
-]
 
-# Prefix-keeping patterns: group 1 is kept, the rest of the match is the secret.
-_KEYED = [
-    re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/\-]{8,}=*"),
-    re.compile(r"(?i)(\bbasic\s+)[A-Za-z0-9+/]{12,}=*"),
-    # key = value / key: value / "key": "value" for secret-like key names.
-    re.compile(
-        r"(?i)(\b(?:password|passwd|pwd|passphrase|secret|client[_-]?secret|api[_-]?key|apikey|access[_-]?key|"
-        r"secret[_-]?key|aws_secret_access_key|auth[_-]?token|access[_-]?token|refresh[_-]?token|token|"
-        r"private[_-]?key|x-api-key|authorization)[\"']?\s*[:=]\s*[\"']?)(?!\[REDACTED\]|(?:bearer|basic)\s)[^\s\"',;}&]{4,}"
-    ),
-    # Credentials embedded in URLs: scheme://user:password@host
-    re.compile(r"(\b[a-z][a-z0-9+.\-]*://[^\s:/@]+:)[^\s@/]{3,}(?=@)"),
-]
+def apply_rule(rule: Rule, text: str) -> str:
+    """``text`` with every accepted match of ``rule`` redacted: no gate, no anchor, a plain scan."""
+    haystack = fold_ascii(text) if rule.folded else text
+    return _redact_matches(rule, text, rule.pattern.finditer(haystack))
+
+
+def _starts_of(rule: Rule) -> re.Pattern[str]:
+    """Finds every position where one of the gates of ``rule`` starts, overlapping ones included."""
+    return re.compile("(?=" + "|".join(re.escape(gate) for gate in rule.gates) + ")")
+
+
+def _anchored_matches(rule: Rule, starts: re.Pattern[str], haystack: str) -> Iterator[re.Match[str]]:
+    """What ``finditer`` finds, trying only the positions where a gate starts (and none inside a match)."""
+    end = 0
+    for start in starts.finditer(haystack):
+        at = start.start()
+        if at < end:
+            continue
+        match = rule.pattern.match(haystack, at)
+        if match is not None:
+            yield match
+            end = match.end()
+
+
+def _redact_matches(rule: Rule, text: str, matches: Iterable[re.Match[str]]) -> str:
+    groups = _GROUPS[rule.name]
+    pieces: list[str] = []
+    cursor = 0
+    for match in matches:
+        if rule.accept is not None and not rule.accept(Hit(match, text)):
+            continue
+        spans = [match.span(g) for g in groups if match.start(g) >= 0] or [match.span()]
+        for start, end in sorted(spans):
+            pieces += [text[cursor:start], REDACTED]
+            cursor = end
+    if not pieces:
+        return text
+    pieces.append(text[cursor:])
+    return "".join(pieces)
+
+
+_GROUPS = {rule.name: [g for g in _SECRET_GROUPS if g in rule.pattern.groupindex] for rule in RULES}
+# Per rule: a one-call gate test (C-level), and for anchored rules the finder of their start positions.
+_PLANS = [(rule, re.compile("|".join(re.escape(gate) for gate in rule.gates)).search,
+           _starts_of(rule) if rule.anchored else None) for rule in RULES]
+
+
+_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u([0-9a-fA-F]{4})")
+
+
+def _unescaped(match: re.Match[str]) -> str:
+    code = int(match.group(2), 16)
+    keep = code < 0x80 or 0xD800 <= code < 0xE000  # quotes, control characters and surrogate halves stay escaped
+    return match.group(0) if keep else match.group(1) + chr(code)
+
+
+def unescape_non_ascii(text: str) -> str:
+    """``text`` with JSON ``\\uXXXX`` escapes of non-ASCII characters written out.
+
+    Tool arguments arrive as JSON encoded with such escapes; "\\u5bc6\\u7801\\u662fhunter2" hides both the cue
+    (密码是) and the boundary before a token. Writing them out keeps the JSON valid (only characters that need
+    no escaping are written out).
+    """
+    return _ESCAPE.sub(_unescaped, text) if "\\u" in text else text
 
 
 def redact_secrets(text: str) -> str:
-    """Replace API keys, tokens, passwords and private keys in ``text`` with ``[REDACTED]``."""
+    """Replace API keys, tokens, passwords and private keys in ``text`` with ``[REDACTED]``.
+
+    Text without a secret comes back unchanged (the very same string); text with one comes back with its
+    JSON escapes of non-ASCII characters written out (see `unescape_non_ascii`).
+    """
     if not text:
         return text
-    for pattern in _WHOLE:
-        text = pattern.sub(REDACTED, text)
-    for pattern in _KEYED:
-        text = pattern.sub(lambda m: m.group(1) + REDACTED, text)
+    readable = unescape_non_ascii(text)
+    redacted = _redact_readable(readable)
+    return text if redacted is readable else redacted
+
+
+def _redact_readable(text: str) -> str:
+    folded: str | None = None
+    for rule, gated, starts in _PLANS:
+        if rule.folded:
+            if folded is None:
+                folded = fold_ascii(text)
+            haystack = folded
+        else:
+            haystack = text
+        if gated(haystack) is None:
+            continue
+        if rule.prefilter is not None and rule.prefilter.search(haystack) is None:
+            continue
+        if starts is not None:
+            matches: Iterable[re.Match[str]] = _anchored_matches(rule, starts, haystack)
+        elif rule.pattern.search(haystack) is None:  # the common case, without building an iterator
+            continue
+        else:
+            matches = rule.pattern.finditer(haystack)
+        redacted = _redact_matches(rule, text, matches)
+        if redacted is not text:
+            text, folded = redacted, None
     return text
+
+
+def redact_message(value: Any) -> Any:
+    """A copy of a chat message (or any JSON-like value) with every string redacted; inline ``data:`` URLs
+    (images) are left as they are."""
+    if isinstance(value, str):
+        return value if value.startswith("data:") else redact_secrets(value)
+    if isinstance(value, dict):
+        return {key: redact_message(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [redact_message(item) for item in value]
+    return value

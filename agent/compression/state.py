@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.compression.redact import redact_secrets
+
 __all__ = ["STATE_VERSION", "CompressorState"]
 
 STATE_VERSION = 1
@@ -73,7 +75,8 @@ class CompressorState:
         return cls(
             compression_count=int(data.get("compression_count", 0)),
             ineffective_count=int(data.get("ineffective_count", 0)),
-            previous_summary=str(summary) if summary else None,
+            # Redacted again: the state may have been written before the redactor knew a secret's shape.
+            previous_summary=redact_secrets(str(summary)) if summary else None,
             cooldown_until=monotonic_now + remaining if remaining > 0 else 0.0,
             auth_failure=bool(data.get("auth_failure", False)),
             network_failure=bool(data.get("network_failure", False)),

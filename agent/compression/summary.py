@@ -70,6 +70,7 @@ SUMMARIZER_SYSTEM = (
 
 _PER_MESSAGE_HEAD = 4_000
 _PER_MESSAGE_TAIL = 1_500
+_CUT_MARGIN = 1_024
 _OUTPUT_FLOOR = 16_000
 _OUTPUT_BUDGET_FACTOR = 4
 _FOCUS_CHARS = 300
@@ -95,7 +96,11 @@ def _clip_middle(text: str) -> str:
     if len(text) <= _PER_MESSAGE_HEAD + _PER_MESSAGE_TAIL:
         return text
     omitted = len(text) - _PER_MESSAGE_HEAD - _PER_MESSAGE_TAIL
-    return f"{text[:_PER_MESSAGE_HEAD]}\n…[{omitted:,} chars omitted]…\n{text[-_PER_MESSAGE_TAIL:]}"
+    # Both ends are redacted with some text beyond the cut before they are cut: half a secret no longer has
+    # the shape that gives it away.
+    head = redact_secrets(text[: _PER_MESSAGE_HEAD + _CUT_MARGIN])[:_PER_MESSAGE_HEAD]
+    tail = redact_secrets(text[-(_PER_MESSAGE_TAIL + _CUT_MARGIN) :])[-_PER_MESSAGE_TAIL:]
+    return f"{head}\n…[{omitted:,} chars omitted]…\n{tail}"
 
 
 def strip_summary(text: str) -> str:

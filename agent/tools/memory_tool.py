@@ -1,7 +1,10 @@
-"""The built-in ``memory`` tool: read or append to the bot's and the user's long-term memory files.
+"""The built-in ``memory`` tool: read or append to the long-term memory of this user, this chat or the bot.
 
 The model uses it to keep what must outlive a compaction or a session: preferences, constraints, exact
-values. Writes reach disk at once but the system prompt keeps the snapshot taken at session start.
+values. Writes reach disk at once but the system prompt keeps the snapshot taken at session start. Which
+scopes a conversation has, and whether this turn's sender may write one, is the memory's decision
+(`MemoryStore.may_write`): the bot-wide memory reaches every chat, so only an operator's turn writes it. The
+reply names the scope written, so the user knows who will see it.
 """
 
 from __future__ import annotations
@@ -13,32 +16,53 @@ from agent.tools.registry import Tool
 __all__ = ["MAX_ENTRY_CHARS", "MemoryStore", "memory_tool"]
 
 MAX_ENTRY_CHARS = 1_000
+Scope = Literal["user", "chat", "bot"]
+_DESCRIPTIONS = {
+    "user": "user: this user's facts and preferences (seen only in their own conversations)",
+    "chat": "chat: notes for this group chat (seen only here)",
+    "bot": "bot: what you learned for everyone (seen in every chat; only the bot's operators may write it)",
+}
+_WHERE = {
+    "user": "the user memory (USER.md, seen only in this user's own conversations)",
+    "chat": "the chat memory (CHAT.md, seen only in this chat)",
+    "bot": "the bot-wide memory (MEMORY.md, seen in every chat)",
+}
 
 
 class MemoryStore(Protocol):
     """What the tool needs from a memory provider."""
 
-    async def read(self, target: Literal["user", "bot"]) -> str:
+    @property
+    def scopes(self) -> list[Scope]:
+        """The scopes of this conversation, the default first."""
+        ...
+
+    def may_write(self, target: Scope) -> bool:
+        """Whether this turn's sender may write ``target``."""
+        ...
+
+    async def read(self, target: Scope) -> str:
         """Current content of one memory file."""
         ...
 
-    async def append(self, target: Literal["user", "bot"], text: str) -> None:
+    async def append(self, target: Scope, text: str) -> None:
         """Add one entry to a memory file."""
         ...
 
 
-def memory_tool(store: MemoryStore, *, has_user: bool = True) -> Tool:
-    """A ``memory`` tool over ``store``; without a user, only the bot's memory is offered."""
-    targets = ["user", "bot"] if has_user else ["bot"]
+def memory_tool(store: MemoryStore) -> Tool:
+    """A ``memory`` tool over ``store``, offering the scopes this conversation has."""
+    targets = list(store.scopes)
     parameters = {
         "type": "object",
         "properties": {
             "action": {"type": "string", "enum": ["read", "append"],
                        "description": "read the memory file, or append one entry to it"},
             "target": {"type": "string", "enum": targets,
-                       "description": "user: facts and preferences of this user; bot: what you learned in general"},
+                       "description": "; ".join(_DESCRIPTIONS[t] for t in targets) + f". Default: {targets[0]}."},
             "text": {"type": "string", "minLength": 1, "maxLength": MAX_ENTRY_CHARS,
-                     "description": "the entry to append (one self-contained fact); required for append"},
+                     "description": "the entry to append (one self-contained fact, never a secret); required "
+                                    "for append"},
         },
         "required": ["action"],
         "additionalProperties": False,
@@ -52,8 +76,12 @@ def memory_tool(store: MemoryStore, *, has_user: bool = True) -> Tool:
         text = args.get("text")
         if not text:
             return "Error: 'text' is required when action is 'append'."
+        if not store.may_write(target):
+            others = [repr(t) for t in targets if t != "bot"]
+            instead = f" Save it to {' or '.join(others)} instead." if others else ""
+            return f"Error: not saved: {_WHERE[target]} is written only by the bot's operators.{instead}"
         await store.append(target, text)
-        return f"Saved to the {target} memory."
+        return f"Saved to {_WHERE[target]}."
 
     return Tool(
         name="memory",

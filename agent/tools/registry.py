@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.llm.errors import scrub_secrets
+from agent.compression.redact import redact_secrets
 from agent.tools.schema import validate
 
 __all__ = [
@@ -159,7 +159,7 @@ class ToolRegistry:
 
 
 def _failure_text(name: str, exc: BaseException) -> str:
-    detail = scrub_secrets(str(exc))[:_MAX_ERROR_DETAIL]
+    detail = redact_secrets(str(exc))[:_MAX_ERROR_DETAIL]
     return f"Error: tool {name!r} failed: {type(exc).__name__}: {detail}"
 
 

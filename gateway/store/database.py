@@ -87,6 +87,8 @@ def _install_sqlite_hooks(engine: Engine) -> None:
 def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
     """An async engine for ``url`` (``sqlite+aiosqlite://…`` or ``postgresql+asyncpg://…``)."""
     parsed = make_url(url)
+    # Bound values are conversation text: never in SQL logs or in the text of a database error.
+    kwargs.setdefault("hide_parameters", True)
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:" and not parsed.database.startswith("file:"):
             # A fresh checkout has no data dir yet; SQLite would fail with "unable to open database file".

@@ -91,7 +91,7 @@ async def test_memory_tool_read_and_append(tmp_path: Path) -> None:
     reg = ToolRegistry(provider.tools())
     assert (await reg.execute(_call({"action": "read"}))).content == "The user memory is empty."
     saved = await reg.execute(_call({"action": "append", "text": "name is Ana"}))
-    assert saved.ok and saved.content == "Saved to the user memory."
+    assert saved.ok and saved.content.startswith("Saved to the user memory (USER.md")
     assert (await reg.execute(_call({"action": "read", "target": "user"}))).content == "- name is Ana\n"
     missing = await reg.execute(_call({"action": "append"}))
     assert "'text' is required" in missing.content

@@ -1,0 +1,117 @@
+"""Log output: real JSON (no forged records), redaction of every part of a record, context fields, no content."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+
+from gateway.logsetup import CONTENT_LOGGERS, bind_log_session, configure_logging, log_context, set_worker
+from gateway.store.database import create_engine
+
+FORGERY = 'upstream said: "}\n{"level":"CRITICAL","logger":"concord","message":"admin password reset"}\n'
+SECRET = "sk-proj-Zk3L9qP2mX7vB4nRtY8wQ1eA"
+
+
+@pytest.fixture
+def capture() -> Iterator[io.StringIO]:
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level,
+             {name: logging.getLogger(name).level for name in [*CONTENT_LOGGERS, "httpx", "telegram.ext"]})
+    stream = io.StringIO()
+    yield stream
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    for handler in saved[0]:
+        root.addHandler(handler)
+    root.setLevel(saved[1])
+    for name, level in saved[2].items():
+        logging.getLogger(name).setLevel(level)
+
+
+def _records(stream: io.StringIO) -> list[dict[str, object]]:
+    return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def test_a_forged_record_stays_inside_one_json_line(capture: io.StringIO) -> None:
+    configure_logging("INFO", json_logs=True, stream=capture)
+    logging.getLogger("agent.llm").info("LLM error body: %s", FORGERY)
+    lines = capture.getvalue().splitlines()
+    assert len(lines) == 1
+    [record] = _records(capture)
+    assert record["level"] == "INFO" and record["message"] == f"LLM error body: {FORGERY}"
+
+
+def test_every_line_is_json_with_session_platform_and_worker(capture: io.StringIO) -> None:
+    configure_logging("DEBUG", json_logs=True, stream=capture)
+    set_worker("w-test")
+    log = logging.getLogger("gateway.test")
+    log.info("outside")
+    with log_context(session="telegram:dm:42", platform="telegram"):
+        log.warning("inside, before the session is known")
+        bind_log_session("sess-1")
+        log.error("inside, \u2028 odd \x00 characters and 'quotes' \"too\"")
+    log.info("after")
+    records = _records(capture)
+    assert [r["session"] for r in records] == [None, "telegram:dm:42", "sess-1", None]
+    assert [r["platform"] for r in records] == [None, "telegram", "telegram", None]
+    assert {r["worker"] for r in records} == {"w-test"}
+
+
+async def test_context_follows_tasks_started_inside(capture: io.StringIO) -> None:
+    configure_logging("INFO", json_logs=True, stream=capture)
+
+    async def work() -> None:
+        logging.getLogger("x").info("from a task")
+
+    with log_context(session="s-9", platform="discord"):
+        await asyncio.create_task(work())
+    assert _records(capture)[0]["session"] == "s-9"
+
+
+@pytest.mark.parametrize("json_logs", [True, False])
+def test_message_arguments_traceback_and_extras_are_redacted(capture: io.StringIO, json_logs: bool) -> None:
+    configure_logging("INFO", json_logs=json_logs, stream=capture)
+    log = logging.getLogger("gateway.test")
+    log.info("key %s and password=Hunter22x", SECRET, extra={"detail": f"token is {SECRET}"})
+    try:
+        raise RuntimeError(f"connect to postgres://app:S3cretPw9@db/app failed with {SECRET}")
+    except RuntimeError:
+        log.exception("storage failed")
+    text = capture.getvalue()
+    for secret in (SECRET, "Hunter22x", "S3cretPw9"):
+        assert secret not in text
+    assert "[REDACTED]" in text and "storage failed" in text and "RuntimeError" in text
+
+
+def test_debug_leaves_library_payloads_out_unless_log_content(capture: io.StringIO) -> None:
+    configure_logging("DEBUG", json_logs=True, stream=capture)
+    logging.getLogger("telegram.ext.Updater").debug("update payload: {'text': 'my diary'}")
+    logging.getLogger("sqlalchemy.engine.Engine").info("INSERT INTO messages VALUES (?) ('my diary',)")
+    logging.getLogger("discord.gateway").debug("WebSocket Event: {'content': 'my diary'}")
+    logging.getLogger("agent.loop").debug("own debug line")
+    assert "my diary" not in capture.getvalue() and "own debug line" in capture.getvalue()
+
+    configure_logging("DEBUG", json_logs=True, log_content=True, stream=capture)
+    for name in CONTENT_LOGGERS:
+        logging.getLogger(name).setLevel(logging.NOTSET)
+    logging.getLogger("telegram.ext.Updater").debug("update payload: {'text': 'my diary', 'key': '%s'}", SECRET)
+    assert "my diary" in capture.getvalue() and SECRET not in capture.getvalue()
+
+
+async def test_sql_parameters_stay_out_of_database_errors() -> None:
+    engine = create_engine("sqlite+aiosqlite:///:memory:")
+    try:
+        async with engine.connect() as conn:
+            await conn.execute(sa.text("CREATE TABLE t (x TEXT UNIQUE)"))
+            await conn.execute(sa.text("INSERT INTO t VALUES (:x)"), {"x": "my diary entry"})
+            with pytest.raises(sa.exc.IntegrityError) as caught:
+                await conn.execute(sa.text("INSERT INTO t VALUES (:x)"), {"x": "my diary entry"})
+    finally:
+        await engine.dispose()
+    assert "my diary entry" not in str(caught.value)
