@@ -82,6 +82,9 @@ class TelegramSettings:
     max_attachment_bytes: int = 10_000_000
     drain_seconds: float = 30.0
     parse_mode: Literal["html", "plain"] = "html"
+    # False: `start` connects without polling; the gateway calls `start_polling` when this worker holds the
+    # polling lease (several workers, one poller).
+    poll_on_start: bool = True
 
     def __post_init__(self) -> None:
         if self.mode == "webhook" and not (self.webhook_url and self.webhook_secret):
@@ -185,10 +188,36 @@ class TelegramAdapter(Adapter):
                 webhook_url=self.settings.webhook_url,
                 secret_token=self.settings.webhook_secret,
             )
-        else:
-            await updater.start_polling(poll_interval=0.0, timeout=self.settings.poll_timeout)
+        elif self.settings.poll_on_start:
+            await self.start_polling()
         self._running = True
         log.info("telegram: connected as @%s (%s)", self.bot_username, self.settings.mode)
+
+    @property
+    def connected(self) -> bool:
+        """Logged in and not stopped (a worker waiting for the polling lease counts as connected)."""
+        return self._running
+
+    @property
+    def polling(self) -> bool:
+        """Whether this adapter is fetching updates by long polling right now."""
+        updater = self.app.updater
+        return self.settings.mode == "polling" and updater is not None and updater.running
+
+    async def start_polling(self) -> None:
+        """Begin long polling (idempotent); what Telegram holds for the bot arrives from its offset on."""
+        updater = self.app.updater
+        assert updater is not None  # the builder always makes one
+        if not updater.running and self._handler is not None:
+            await updater.start_polling(poll_interval=0.0, timeout=self.settings.poll_timeout)
+            log.info("telegram: polling started")
+
+    async def stop_polling(self) -> None:
+        """Stop fetching updates (idempotent); the unconfirmed ones stay with Telegram for the next poller."""
+        updater = self.app.updater
+        if updater is not None and updater.running:
+            await updater.stop()
+            log.info("telegram: polling stopped")
 
     async def stop_receiving(self) -> None:
         """Stop fetching updates (Telegram keeps the unfetched ones for the next start) and hand on the

@@ -29,12 +29,16 @@ from agent.llm.base import Provider
 from agent.llm.models import build_provider, build_provider_from_spec, context_length_for, resolve_auxiliary
 from agent.memory import FileMemoryProvider, MemoryProvider
 from agent.tokens import get_counter
+from gateway.claims import Claims, InProcessClaims, RedisClaims
 from gateway.config import Settings
+from gateway.delivery import Deliveries
+from gateway.health import HealthServer, ReadinessCheck
 from gateway.keys import SessionKey
-from gateway.locks import InProcessLocks, LockBackend, RedisLocks
+from gateway.lease import Lease, RedisLease, SoleLease
+from gateway.locks import InProcessLocks, LockBackend, RedisLocks, fail_fast_client
 from gateway.metrics import MeteredProvider, Metrics
 from gateway.router import Router
-from gateway.runtime import Runtime, utc_now
+from gateway.runtime import Runtime, default_worker_id, utc_now
 from gateway.scheduler import GatewayScheduler
 from gateway.session import SessionManager
 from gateway.store import Store
@@ -154,6 +158,16 @@ def _locks(settings: Settings) -> LockBackend:
     return InProcessLocks()
 
 
+def _coordination(settings: Settings, metrics: Metrics) -> tuple[Claims, Any]:
+    """Inbound de-dup and job-slot claims: in Redis (shared by every worker) when configured, with the
+    client they use; in-process otherwise."""
+    url = _secret(settings.redis.url)
+    if not url:
+        return InProcessClaims(), None
+    client = fail_fast_client(url)
+    return RedisClaims(client, on_error=metrics.record_lock_error), client
+
+
 async def build_runtime(settings: Settings, *, provider: Provider | None = None, store: Store | None = None,
                         locks: LockBackend | None = None, summary_provider: Provider | None = None,
                         clock: Callable[[], datetime] = utc_now) -> Runtime:
@@ -161,6 +175,7 @@ async def build_runtime(settings: Settings, *, provider: Provider | None = None,
     provider = provider or main_provider_for(settings)
     summary_provider = summary_provider or summary_provider_for(settings, provider)
     metrics = Metrics()
+    claims, redis = _coordination(settings, metrics)
     # The engine's calls are summaries (its main provider is only a fallback for them): metered here, since
     # only the agent loop's own calls arrive as llm:response events.
     new_engine = _engine_factory(settings, MeteredProvider(provider, metrics),
@@ -170,6 +185,7 @@ async def build_runtime(settings: Settings, *, provider: Provider | None = None,
         provider=provider, counter=get_counter(settings.llm.encoding),
         new_engine=new_engine, new_memory=_memory_factory(settings),
         model=settings.llm.model, engine_name=settings.context.engine, clock=clock, metrics=metrics,
+        claims=claims, redis=redis, worker_id=settings.gateway.worker_id or default_worker_id(),
     )
 
 
@@ -183,7 +199,8 @@ def build_adapters(settings: Settings) -> list[Adapter]:
         d = settings.discord
         adapters.append(DiscordAdapter(DiscordSettings(
             token=discord_token, allow_bots=d.allow_bots, admin_role_ids=tuple(int(i) for i in d.admin_role_ids),
-            admin_role_names=tuple(d.admin_role_names), slash_commands=d.slash_commands)))
+            admin_role_names=tuple(d.admin_role_names), slash_commands=d.slash_commands,
+            shard_count=d.shard_count, shard_ids=tuple(d.shard_ids))))
     telegram_token = _secret(settings.telegram.token)
     if telegram_token:
         from adapters.telegram_adapter import TelegramAdapter, TelegramSettings
@@ -193,7 +210,9 @@ def build_adapters(settings: Settings) -> list[Adapter]:
             token=telegram_token, api_base_url=t.api_base_url, mode=t.mode, webhook_url=t.webhook_url,
             webhook_listen=t.webhook_listen, webhook_port=t.webhook_port,
             webhook_secret=_secret(t.webhook_secret), check_chat_admins=t.check_chat_admins,
-            parse_mode=t.parse_mode)))
+            parse_mode=t.parse_mode,
+            # With Redis several workers may run: only the holder of the polling lease polls.
+            poll_on_start=not (t.mode == "polling" and _secret(settings.redis.url)))))
     if not adapters:
         adapters.append(ConsoleAdapter(bot_name=settings.gateway.bot_name))
     return adapters
@@ -208,24 +227,71 @@ class Gateway:
     sessions: SessionManager = field(init=False)
     router: Router = field(init=False)
     scheduler: GatewayScheduler = field(init=False)
+    deliveries: Deliveries = field(init=False)
+    health: HealthServer | None = field(init=False, default=None)
     _started: list[Adapter] = field(init=False, default_factory=list)
+    _tasks: list[asyncio.Task[None]] = field(init=False, default_factory=list)
     _closed: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
+        settings = self.rt.settings
         self.sessions = SessionManager(self.rt)
-        self.router = Router(self.sessions)
-        gw = self.rt.settings.gateway
+        self.deliveries = Deliveries(
+            self.rt.store, self.rt.metrics, self.rt.worker_id, resend_after_s=settings.delivery.resend_after_seconds,
+            freshness_s=settings.delivery.freshness_seconds, clock=self.rt.clock)
+        self.router = Router(self.sessions, deliveries=self.deliveries)
+        gw = settings.gateway
         self.scheduler = GatewayScheduler(
             expire_idle=partial(expire_idle, self.sessions), sweep=partial(sweep, self.sessions),
-            idle_expiry_minutes=gw.idle_expiry_minutes, sweep_cron=gw.sweep_cron)
+            idle_expiry_minutes=gw.idle_expiry_minutes, sweep_cron=gw.sweep_cron,
+            recover_deliveries=self.recover_deliveries,
+            recovery_seconds=min(60.0, max(1.0, settings.delivery.resend_after_seconds / 2)), claims=self.rt.claims)
+        port = settings.metrics.port
+        if port is not None:
+            self.health = HealthServer(self.rt.metrics.instruments.registry, self._readiness_checks(),
+                                       listen=settings.metrics.listen, port=port)
 
     async def start(self) -> None:
-        """Start the scheduler and connect every adapter."""
+        """Serve health checks, start the scheduler, connect every adapter, then resend what a crash left."""
+        if self.health is not None:
+            await self.health.start()
         self.scheduler.start()
         for adapter in self.adapters:
             await adapter.start(partial(self.router.handle, adapter=adapter))
             self._started.append(adapter)
             log.info("adapter %s started", adapter.name)
+            lease = self._polling_lease(adapter)
+            if lease is not None:
+                self._tasks.append(asyncio.create_task(
+                    lease.hold(adapter.start_polling, adapter.stop_polling),  # type: ignore[attr-defined]
+                    name=f"lease:{adapter.name}"))
+        await self.recover_deliveries()
+
+    async def recover_deliveries(self) -> None:
+        """Send once more the answers a crashed worker stored but never had confirmed (logged, never raises)."""
+        try:
+            await self.deliveries.recover({a.name: a for a in self._started})
+        except Exception as exc:
+            log.warning("delivery recovery failed (%s); it runs again on schedule", type(exc).__name__)
+
+    def _polling_lease(self, adapter: Adapter) -> Lease | None:
+        """The lease a polling Telegram adapter polls under when several workers may run."""
+        settings = getattr(adapter, "settings", None)
+        if getattr(settings, "poll_on_start", True) or not hasattr(adapter, "start_polling"):
+            return None
+        if self.rt.redis is None:
+            return SoleLease()
+        return RedisLease(self.rt.redis, f"{adapter.name}-polling", holder=self.rt.worker_id,
+                          ttl_s=self.rt.settings.telegram.polling_lease_seconds,
+                          on_error=self.rt.metrics.record_lock_error)
+
+    def _readiness_checks(self) -> list[ReadinessCheck]:
+        checks = [ReadinessCheck("database", self.rt.store.ping)]
+        if self.rt.redis is not None:
+            checks.append(ReadinessCheck("redis", self.rt.claims.ping))
+        for adapter in self.adapters:
+            checks.append(ReadinessCheck(f"adapter:{adapter.name}", partial(_connected, adapter)))
+        return checks
 
     async def wait_closed(self) -> None:
         """Return when the console's input has ended (platform adapters run until a signal)."""
@@ -241,6 +307,9 @@ class Gateway:
             return
         self._closed = True
         await self.scheduler.aclose()
+        for task in self._tasks:  # the polling lease is released, so another worker takes over at once
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         # Intake stops first: a message fetched now could no longer be handled, and Telegram would count it
         # as delivered. Adapters keep sending, so the turns in flight still answer.
         for adapter in self._started:
@@ -254,7 +323,14 @@ class Gateway:
                 await adapter.stop()
         await self.rt.provider.aclose()
         await self.rt.locks.aclose()
+        await self.rt.claims.aclose()
+        if self.health is not None:
+            await self.health.aclose()
         await self.rt.store.aclose()
+
+
+async def _connected(adapter: Adapter) -> bool:
+    return adapter.connected
 
 
 async def run_gateway(settings: Settings) -> int:
@@ -302,6 +378,7 @@ async def run_sweep(settings: Settings, dry_run: bool = False, *, show_progress:
     finally:
         await rt.provider.aclose()
         await rt.locks.aclose()
+        await rt.claims.aclose()
         await rt.store.aclose()
 
 

@@ -123,6 +123,10 @@ class GatewaySettings(BaseModel):
     session_scope_by_platform: dict[Literal["discord", "telegram", "console"], Literal["shared", "per-user"]] = {}
     group_context_limit: int = Field(default=50, ge=0)
     bot_name: str = "Concord"
+    # Names this worker in the delivery ledger and logs; unset: <hostname>:<pid>.
+    worker_id: str | None = Field(default=None, min_length=1, max_length=128)
+    # How long a handled inbound id (Telegram update, Discord message) is remembered to drop redeliveries.
+    dedupe_ttl_seconds: float = Field(default=172_800.0, gt=0)
 
     _split_admins = field_validator("admins", mode="before")(_split_csv)
 
@@ -151,6 +155,30 @@ class GatewaySettings(BaseModel):
         except ValueError as exc:
             raise ValueError(f"not a 5-field crontab expression ({exc})") from None
         return value
+
+
+class DeliverySettings(BaseModel):
+    """The delivery ledger: answers are stored before they are sent and sent again, once, after a crash."""
+
+    model_config = _Section
+    # An answer still unconfirmed this long after it was stored is presumed lost with its worker: resent once.
+    resend_after_seconds: float = Field(default=120.0, gt=0)
+    # Unconfirmed answers older than this are not sent any more (marked expired).
+    freshness_seconds: float = Field(default=3600.0, gt=0)
+
+    @model_validator(mode="after")
+    def _window(self) -> DeliverySettings:
+        if self.freshness_seconds <= self.resend_after_seconds:
+            raise ValueError("delivery.freshness_seconds must be longer than delivery.resend_after_seconds")
+        return self
+
+
+class MetricsSettings(BaseModel):
+    """Prometheus /metrics plus /healthz and /readyz on one HTTP port (off when ``port`` is unset)."""
+
+    model_config = _Section
+    port: int | None = Field(default=None, ge=0, lt=65536)
+    listen: str = "127.0.0.1"
 
 
 class StorageSettings(BaseModel):
@@ -197,8 +225,22 @@ class DiscordSettings(BaseModel):
     admin_role_ids: CsvList = []
     admin_role_names: CsvList = []
     slash_commands: bool = False
+    # Sharding over several workers: the total shard count, and the shards this worker runs (unset: all).
+    shard_count: int | None = Field(default=None, ge=1)
+    shard_ids: Annotated[list[int], NoDecode] = []
 
-    _split = field_validator("admin_role_ids", "admin_role_names", mode="before")(_split_csv)
+    _split = field_validator("admin_role_ids", "admin_role_names", "shard_ids", mode="before")(_split_csv)
+
+    @model_validator(mode="after")
+    def _shards(self) -> DiscordSettings:
+        if self.shard_ids and self.shard_count is None:
+            raise ValueError("discord.shard_ids needs discord.shard_count")
+        bad = [i for i in self.shard_ids if not 0 <= i < (self.shard_count or 0)]
+        if bad:
+            raise ValueError(f"discord.shard_ids {bad} outside 0..{(self.shard_count or 1) - 1}")
+        if len(set(self.shard_ids)) != len(self.shard_ids):
+            raise ValueError("discord.shard_ids lists a shard twice")
+        return self
 
     @field_validator("admin_role_ids")
     @classmethod
@@ -222,6 +264,8 @@ class TelegramSettings(BaseModel):
     webhook_secret: SecretStr | None = None
     check_chat_admins: bool = False
     parse_mode: Literal["html", "plain"] = "html"
+    # Polling with Redis: one worker polls, holding a lease this long (renewed); another takes over after it.
+    polling_lease_seconds: float = Field(default=15.0, ge=1)
 
     @model_validator(mode="after")
     def _webhook_needs_url(self) -> TelegramSettings:
@@ -268,6 +312,8 @@ class Settings(BaseSettings):
     gateway: GatewaySettings = GatewaySettings()
     storage: StorageSettings = StorageSettings()
     redis: RedisSettings = RedisSettings()
+    delivery: DeliverySettings = DeliverySettings()
+    metrics: MetricsSettings = MetricsSettings()
     discord: DiscordSettings = DiscordSettings()
     telegram: TelegramSettings = TelegramSettings()
     memory: MemorySettings = MemorySettings()

@@ -1,10 +1,16 @@
 """The message path (R-G2, R-G4), readable top to bottom:
 
-    inbound ─▶ dedupe ─▶ session key ─▶ per-session FIFO ─▶ turn lock ─▶ load session
+    inbound ─▶ session key ─▶ per-session FIFO ─▶ turn lock ─▶ handled before? drop (de-dup)
             ─▶ unaddressed group message? keep as context, stop
             ─▶ command? run it                      ┐
             ─▶ else hygiene (R-G3) ─▶ agent turn    ├─ persist (inside)
-            ─▶ release lock ─▶ send the reply       ┘
+            ─▶ store the reply (delivery ledger) ─▶ mark the inbound id handled
+            ─▶ release lock ─▶ send the reply ─▶ mark it sent
+
+De-duplication happens under the session's turn lock: two deliveries of one message (a Telegram update sent
+to two workers, a redelivery after a restart) belong to one session, so the second waits for the first and
+then finds its id marked handled (in Redis, shared by all workers, or in-process). A worker that dies
+mid-turn never marks the id, so a redelivery to another worker is handled there.
 
 In groups the bot answers only when mentioned, replied to or commanded. Other group messages are kept, tagged
 with the speaker's name, in a bounded per-session buffer (``gateway.group_context_limit`` newest lines) and
@@ -19,12 +25,13 @@ import time
 from collections import OrderedDict, deque
 from typing import Any
 
-from adapters.base import Adapter, Inbound
+from adapters.base import Adapter, Inbound, Outbound
 from agent.events import EventSink, Notice
 from agent.turn import StopReason
 from gateway.commands import Command, CommandContext, is_admin, run_command
 from gateway.compaction import run_hygiene
 from gateway.continuity import with_note
+from gateway.delivery import Deliveries
 from gateway.keys import SessionKey, session_key
 from gateway.metrics import fan_out
 from gateway.prompt import speaker_tag
@@ -76,26 +83,22 @@ class Router:
     """Routes inbound messages from every adapter through the chain above."""
 
     def __init__(self, sessions: SessionManager, *, events: EventSink | None = None,
-                 dedupe_size: int = 4096) -> None:
+                 deliveries: Deliveries | None = None) -> None:
         self.sessions = sessions
-        self.settings = sessions.rt.settings
-        self.metrics = sessions.rt.metrics
+        rt = sessions.rt
+        self.settings = rt.settings
+        self.metrics = rt.metrics
         # The runtime's metrics always listen; a sink given here hears every event too.
         self.events: EventSink = self.metrics if events is None else fan_out(self.metrics, events)
         self.context = GroupContext(self.settings.gateway.group_context_limit)
+        self.deliveries = deliveries or Deliveries(
+            rt.store, rt.metrics, rt.worker_id, resend_after_s=self.settings.delivery.resend_after_seconds,
+            freshness_s=self.settings.delivery.freshness_seconds, clock=rt.clock)
         self._queues: SessionQueues[SessionKey, tuple[Inbound, Adapter]] = SessionQueues(self._process)
-        self._seen: OrderedDict[tuple[str, str, str | None, str], None] = OrderedDict()
-        self._dedupe_size = dedupe_size
+        self.metrics.instruments.watch_queue(lambda: self._queues.depth)
 
     async def handle(self, inbound: Inbound, adapter: Adapter) -> None:
         """Take one inbound message; returns once it has been handled (queued behind its session's earlier ones)."""
-        ident = (inbound.platform, inbound.chat_id, inbound.thread_id, inbound.message_id)
-        if ident in self._seen:
-            log.info("duplicate delivery of %s ignored", ident)
-            return
-        self._seen[ident] = None
-        if len(self._seen) > self._dedupe_size:
-            self._seen.popitem(last=False)
         key = session_key(inbound, self.settings.gateway.scope_for(inbound.platform))
         await self._queues.submit(key, (inbound, adapter))
 
@@ -105,15 +108,31 @@ class Router:
 
     async def _process(self, key: SessionKey, item: tuple[Inbound, Adapter]) -> None:
         inbound, adapter = item
-        self.metrics.record_message()
-        try:
-            async with self.sessions.rt.locks.session_turn(str(key)):
+        rt = self.sessions.rt
+        handled = _handled_key(inbound)
+        pending: list[tuple[Outbound, int | None]] = []
+        asked = time.perf_counter()
+        async with rt.locks.session_turn(str(key)):
+            self.metrics.record_lock_wait(time.perf_counter() - asked)
+            if await rt.claims.claimed(handled):
+                log.info("duplicate delivery of message %s in %s ignored", inbound.message_id, key)
+                self.metrics.record_duplicate(inbound.platform)
+                return
+            self.metrics.record_message(inbound.platform)
+            try:
                 replies = await self._chain(key, inbound, adapter)
-        except Exception:
-            log.exception("message %s in %s failed", inbound.message_id, key)
-            replies = [FAILURE_TEXT]
-        for text in replies:
-            await adapter.send(inbound, text)
+            except Exception:
+                log.exception("message %s in %s failed", inbound.message_id, key)
+                replies = [FAILURE_TEXT]
+            live = self.sessions.cached(key)
+            for text in replies:
+                out = Outbound.to(inbound, text)
+                pending.append((out, await self.deliveries.record(out, live.id if live else None)))
+            # Marked only once the answer is stored: a worker dying before this leaves the message to a
+            # redelivery; one dying after leaves the answer to the ledger's recovery.
+            await rt.claims.claim(handled, self.settings.gateway.dedupe_ttl_seconds)
+        for out, delivery_id in pending:
+            await self.deliveries.send(adapter, out, delivery_id)
 
     async def _chain(self, key: SessionKey, inbound: Inbound, adapter: Adapter) -> list[str]:
         command = Command.of(inbound)
@@ -163,6 +182,11 @@ class Router:
             return {"role": "user", "content": text}
         return {"role": "user", "content": [{"type": "text", "text": text},
                                             *({"type": "image_url", "image_url": {"url": u}} for u in images)]}
+
+
+def _handled_key(inbound: Inbound) -> str:
+    """The de-duplication key of an inbound message: its platform id within its chat (and thread)."""
+    return f"inbound:{inbound.platform}:{inbound.chat_id}:{inbound.thread_id or ''}:{inbound.message_id}"
 
 
 def _addressed(inbound: Inbound, command: Command | None) -> bool:

@@ -5,21 +5,26 @@ Built once by `gateway.app` (the composition root); tests build one around the f
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+
+from redis.asyncio import Redis
 
 from agent.compression.engine import ContextEngine
 from agent.llm.base import Provider
 from agent.memory import MemoryProvider
 from agent.tokens import TokenCounter
+from gateway.claims import Claims, InProcessClaims
 from gateway.config import Settings
 from gateway.keys import SessionKey
 from gateway.locks import LockBackend
 from gateway.metrics import Metrics
 from gateway.store import Store
 
-__all__ = ["EngineFactory", "MemoryFactory", "Runtime", "utc_now"]
+__all__ = ["EngineFactory", "MemoryFactory", "Runtime", "default_worker_id", "utc_now"]
 
 EngineFactory = Callable[[], ContextEngine]
 # (session key, the speaker's user id or None for a shared group session) -> memory for that conversation
@@ -29,6 +34,11 @@ MemoryFactory = Callable[[SessionKey, str | None], MemoryProvider]
 def utc_now() -> datetime:
     """The wall clock, timezone-aware."""
     return datetime.now(UTC)
+
+
+def default_worker_id() -> str:
+    """``<hostname>:<pid>``: unique among live workers, readable in the ledger and logs."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 @dataclass(frozen=True)
@@ -47,3 +57,8 @@ class Runtime:
     engine_name: str = "compressor"
     # One per process: the router's, hygiene's, /compress's and the sweep's event sink, and /stats' source.
     metrics: Metrics = field(default_factory=Metrics)
+    # Shared by all workers when Redis is configured: handled inbound ids, scheduled-run slots.
+    claims: Claims = field(default_factory=InProcessClaims)
+    # The Redis client behind ``claims`` and the polling lease (None: a single worker, nothing shared).
+    redis: Redis | None = None
+    worker_id: str = field(default_factory=default_worker_id)

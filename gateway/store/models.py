@@ -25,11 +25,12 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
-__all__ = ["Base", "CompactionRow", "MessageRow", "SessionRow", "UTCDateTime"]
+__all__ = ["Base", "CompactionRow", "DeliveryRow", "MessageRow", "SessionRow", "UTCDateTime"]
 
 # SQLite only auto-increments an INTEGER PRIMARY KEY (the rowid alias), which FTS5 also keys on.
 _BigId = BigInteger().with_variant(Integer(), "sqlite")
 _OPEN = text("ended_at IS NULL")
+_PENDING = text("status = 'pending'")
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -138,3 +139,30 @@ class CompactionRow(Base):
     tokens_before: Mapped[int] = mapped_column(BigInteger)
     tokens_after: Mapped[int] = mapped_column(BigInteger)
     carried: Mapped[int] = mapped_column(Integer)
+
+
+class DeliveryRow(Base):
+    """The delivery ledger: one answer, stored before it is sent and marked sent once the platform confirmed.
+
+    ``status``: pending (stored, not confirmed) → sent; or pending → resending (claimed by one worker for its
+    one resend after a crash) → sent / failed; or pending → expired (too old to be worth sending).
+    """
+
+    __tablename__ = "deliveries"
+
+    id: Mapped[int] = mapped_column(_BigId, primary_key=True, autoincrement=True)
+    session_id: Mapped[str | None] = mapped_column(String(40))
+    platform: Mapped[str] = mapped_column(String(32))
+    chat_id: Mapped[str] = mapped_column(String(255))
+    thread_id: Mapped[str | None] = mapped_column(String(255))
+    reply_to: Mapped[str | None] = mapped_column(String(255))
+    text: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    worker: Mapped[str] = mapped_column(String(128))
+    recovered_by: Mapped[str | None] = mapped_column(String(128))
+
+    __table_args__ = (
+        Index("ix_deliveries_pending", "created_at", sqlite_where=_PENDING, postgresql_where=_PENDING),
+    )

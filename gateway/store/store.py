@@ -5,7 +5,8 @@ from __future__ import annotations
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.store.compaction import CompactionRepository
-from gateway.store.database import create_engine
+from gateway.store.database import create_engine, read
+from gateway.store.deliveries import DeliveryRepository
 from gateway.store.messages import MessageRepository
 from gateway.store.migrate import upgrade_database
 from gateway.store.search import MessageSearch
@@ -15,7 +16,8 @@ __all__ = ["Store"]
 
 
 class Store:
-    """The session store. ``store.sessions``, ``store.messages``, ``store.compactions``, ``store.search``.
+    """The session store. ``store.sessions``, ``store.messages``, ``store.compactions``, ``store.search``,
+    ``store.deliveries`` (the delivery ledger).
 
     Open with ``await Store.open(url)`` (migrates the database first unless ``migrate=False``) and close
     with ``await store.aclose()`` (idempotent), or use ``async with await Store.open(url) as store``.
@@ -26,6 +28,7 @@ class Store:
         self.sessions = SessionRepository(engine)
         self.messages = MessageRepository(engine)
         self.compactions = CompactionRepository(engine)
+        self.deliveries = DeliveryRepository(engine)
         self._search = MessageSearch(engine)
         self.search = self._search.search
         self._closed = False
@@ -42,6 +45,12 @@ class Store:
     def dialect(self) -> str:
         """``sqlite`` or ``postgresql``."""
         return self.engine.dialect.name
+
+    async def ping(self) -> bool:
+        """True when the database answers a trivial query (readiness); raises when it cannot be reached."""
+        async with read(self.engine) as conn:
+            await conn.exec_driver_sql("SELECT 1")
+        return True
 
     async def aclose(self) -> None:
         """Close every pooled connection. Safe to call twice."""
