@@ -29,6 +29,7 @@ from agent.llm.base import Provider
 from agent.llm.models import build_provider, build_provider_from_spec, context_length_for, resolve_auxiliary
 from agent.memory import FileMemoryProvider, MemoryProvider
 from agent.tokens import get_counter
+from gateway.arrivals import ArrivalOrder, InProcessOrder, RedisArrivalOrder
 from gateway.claims import Claims, InProcessClaims, RedisClaims
 from gateway.config import Settings
 from gateway.delivery import Deliveries
@@ -158,14 +159,17 @@ def _locks(settings: Settings) -> LockBackend:
     return InProcessLocks()
 
 
-def _coordination(settings: Settings, metrics: Metrics) -> tuple[Claims, Any]:
-    """Inbound de-dup and job-slot claims: in Redis (shared by every worker) when configured, with the
-    client they use; in-process otherwise."""
+def _coordination(settings: Settings, metrics: Metrics) -> tuple[Claims, ArrivalOrder, Any]:
+    """Inbound de-dup, job-slot claims and arrival tickets: in Redis (shared by every worker) when configured,
+    with the client they use; in-process otherwise."""
     url = _secret(settings.redis.url)
     if not url:
-        return InProcessClaims(), None
+        return InProcessClaims(), InProcessOrder(), None
     client = fail_fast_client(url)
-    return RedisClaims(client, on_error=metrics.record_lock_error), client
+    # A ticket nobody handled for a lock's lifetime belonged to a worker that died.
+    order = RedisArrivalOrder(client, stale_after_s=settings.redis.lock_timeout_seconds,
+                              on_error=metrics.record_lock_error)
+    return RedisClaims(client, on_error=metrics.record_lock_error), order, client
 
 
 async def build_runtime(settings: Settings, *, provider: Provider | None = None, store: Store | None = None,
@@ -175,7 +179,7 @@ async def build_runtime(settings: Settings, *, provider: Provider | None = None,
     provider = provider or main_provider_for(settings)
     summary_provider = summary_provider or summary_provider_for(settings, provider)
     metrics = Metrics()
-    claims, redis = _coordination(settings, metrics)
+    claims, arrivals, redis = _coordination(settings, metrics)
     # The engine's calls are summaries (its main provider is only a fallback for them): metered here, since
     # only the agent loop's own calls arrive as llm:response events.
     new_engine = _engine_factory(settings, MeteredProvider(provider, metrics),
@@ -185,7 +189,7 @@ async def build_runtime(settings: Settings, *, provider: Provider | None = None,
         provider=provider, counter=get_counter(settings.llm.encoding),
         new_engine=new_engine, new_memory=_memory_factory(settings),
         model=settings.llm.model, engine_name=settings.context.engine, clock=clock, metrics=metrics,
-        claims=claims, redis=redis, worker_id=settings.gateway.worker_id or default_worker_id(),
+        claims=claims, arrivals=arrivals, redis=redis, worker_id=settings.gateway.worker_id or default_worker_id(),
     )
 
 

@@ -1,6 +1,7 @@
 """The message path (R-G2, R-G4), readable top to bottom:
 
-    inbound ─▶ session key ─▶ per-session FIFO ─▶ turn lock ─▶ handled before? drop (de-dup)
+    inbound ─▶ session key, arrival ticket ─▶ per-session FIFO ─▶ turn lock (and our ticket's turn)
+            ─▶ handled before? drop (de-dup)
             ─▶ unaddressed group message? keep as context, stop
             ─▶ command? run it                      ┐
             ─▶ else hygiene (R-G3) ─▶ agent turn    ├─ persist (inside)
@@ -10,7 +11,8 @@
 De-duplication happens under the session's turn lock: two deliveries of one message (a Telegram update sent
 to two workers, a redelivery after a restart) belong to one session, so the second waits for the first and
 then finds its id marked handled (in Redis, shared by all workers, or in-process). A worker that dies
-mid-turn never marks the id, so a redelivery to another worker is handled there.
+mid-turn never marks the id, so a redelivery to another worker is handled there. With several workers the
+arrival ticket (`gateway.arrivals`) keeps a session's messages in the order the workers received them.
 
 In groups the bot answers only when mentioned, replied to or commanded. Other group messages are kept, tagged
 with the speaker's name, in a bounded per-session buffer (``gateway.group_context_limit`` newest lines) and
@@ -20,6 +22,7 @@ exactly once, with the turn that used them, and an idle channel costs no writes.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import OrderedDict, deque
@@ -28,6 +31,7 @@ from typing import Any
 from adapters.base import Adapter, Inbound, Outbound
 from agent.events import EventSink, Notice
 from agent.turn import StopReason
+from gateway.arrivals import Turn
 from gateway.commands import Command, CommandContext, is_admin, run_command
 from gateway.compaction import run_hygiene
 from gateway.continuity import with_note
@@ -47,6 +51,8 @@ FAILURE_TEXT = "⚠️ Something went wrong while handling your message. Please 
 EMPTY_ANSWER = "(The model returned an empty answer.)"
 INTERRUPTED_TEXT = "⚠️ I was interrupted (the bot is restarting) before I could answer. Ask me to continue."
 CONTEXT_HEADER = "[Earlier messages in this channel, not addressed to you]"
+# How soon a worker holding a later ticket of a session asks again for the turn.
+TURN_POLL_S = 0.02
 
 
 class GroupContext:
@@ -94,45 +100,60 @@ class Router:
         self.deliveries = deliveries or Deliveries(
             rt.store, rt.metrics, rt.worker_id, resend_after_s=self.settings.delivery.resend_after_seconds,
             freshness_s=self.settings.delivery.freshness_seconds, clock=rt.clock)
-        self._queues: SessionQueues[SessionKey, tuple[Inbound, Adapter]] = SessionQueues(self._process)
+        self._queues: SessionQueues[SessionKey, tuple[Inbound, Adapter, Turn]] = SessionQueues(self._process)
         self.metrics.instruments.watch_queue(lambda: self._queues.depth)
 
     async def handle(self, inbound: Inbound, adapter: Adapter) -> None:
         """Take one inbound message; returns once it has been handled (queued behind its session's earlier ones)."""
         key = session_key(inbound, self.settings.gateway.scope_for(inbound.platform))
-        await self._queues.submit(key, (inbound, adapter))
+        turn = await self.sessions.rt.arrivals.arrive(str(key))
+        await self._queues.submit(key, (inbound, adapter, turn))
 
     async def aclose(self, grace_seconds: float = 30.0) -> None:
         """Stop taking messages and let queued ones finish (graceful shutdown)."""
         await self._queues.aclose(grace_seconds)
 
-    async def _process(self, key: SessionKey, item: tuple[Inbound, Adapter]) -> None:
-        inbound, adapter = item
+    async def _process(self, key: SessionKey, item: tuple[Inbound, Adapter, Turn]) -> None:
+        inbound, adapter, turn = item
         rt = self.sessions.rt
-        handled = _handled_key(inbound)
-        pending: list[tuple[Outbound, int | None]] = []
         asked = time.perf_counter()
-        async with rt.locks.session_turn(str(key)):
-            self.metrics.record_lock_wait(time.perf_counter() - asked)
-            if await rt.claims.claimed(handled):
-                log.info("duplicate delivery of message %s in %s ignored", inbound.message_id, key)
-                self.metrics.record_duplicate(inbound.platform)
-                return
-            self.metrics.record_message(inbound.platform)
-            try:
-                replies = await self._chain(key, inbound, adapter)
-            except Exception:
-                log.exception("message %s in %s failed", inbound.message_id, key)
-                replies = [FAILURE_TEXT]
-            live = self.sessions.cached(key)
-            for text in replies:
-                out = Outbound.to(inbound, text)
-                pending.append((out, await self.deliveries.record(out, live.id if live else None)))
-            # Marked only once the answer is stored: a worker dying before this leaves the message to a
-            # redelivery; one dying after leaves the answer to the ledger's recovery.
-            await rt.claims.claim(handled, self.settings.gateway.dedupe_ttl_seconds)
+        while True:
+            async with rt.locks.session_turn(str(key)):
+                if await rt.arrivals.ready(str(key), turn):
+                    self.metrics.record_lock_wait(time.perf_counter() - asked)
+                    try:
+                        pending = await self._handle_locked(key, inbound, adapter)
+                    finally:
+                        await rt.arrivals.served(str(key), turn)
+                    break
+            await asyncio.sleep(TURN_POLL_S)  # an earlier message of this session is at another worker
         for out, delivery_id in pending:
             await self.deliveries.send(adapter, out, delivery_id)
+
+    async def _handle_locked(self, key: SessionKey, inbound: Inbound,
+                             adapter: Adapter) -> list[tuple[Outbound, int | None]]:
+        """Everything done under the turn lock: de-dup, the chain, and storing the answers in the ledger."""
+        rt = self.sessions.rt
+        handled = _handled_key(inbound)
+        if await rt.claims.claimed(handled):
+            log.info("duplicate delivery of message %s in %s ignored", inbound.message_id, key)
+            self.metrics.record_duplicate(inbound.platform)
+            return []
+        self.metrics.record_message(inbound.platform)
+        try:
+            replies = await self._chain(key, inbound, adapter)
+        except Exception:
+            log.exception("message %s in %s failed", inbound.message_id, key)
+            replies = [FAILURE_TEXT]
+        live = self.sessions.cached(key)
+        pending = []
+        for text in replies:
+            out = Outbound.to(inbound, text)
+            pending.append((out, await self.deliveries.record(out, live.id if live else None)))
+        # Marked only once the answer is stored: a worker dying before this leaves the message to a
+        # redelivery; one dying after leaves the answer to the ledger's recovery.
+        await rt.claims.claim(handled, self.settings.gateway.dedupe_ttl_seconds)
+        return pending
 
     async def _chain(self, key: SessionKey, inbound: Inbound, adapter: Adapter) -> list[str]:
         command = Command.of(inbound)

@@ -17,6 +17,7 @@ from agent.compression.engine import ContextEngine
 from agent.llm.base import Provider
 from agent.memory import MemoryProvider
 from agent.tokens import TokenCounter
+from gateway.arrivals import ArrivalOrder, InProcessOrder
 from gateway.claims import Claims, InProcessClaims
 from gateway.config import Settings
 from gateway.keys import SessionKey
@@ -59,6 +60,8 @@ class Runtime:
     metrics: Metrics = field(default_factory=Metrics)
     # Shared by all workers when Redis is configured: handled inbound ids, scheduled-run slots.
     claims: Claims = field(default_factory=InProcessClaims)
+    # Arrival tickets per session, so several workers keep a session's order (in-process: the FIFO does).
+    arrivals: ArrivalOrder = field(default_factory=InProcessOrder)
     # The Redis client behind ``claims`` and the polling lease (None: a single worker, nothing shared).
     redis: Redis | None = None
     worker_id: str = field(default_factory=default_worker_id)

@@ -6,8 +6,11 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from dataclasses import replace
 from collections.abc import Awaitable, Callable
+from typing import Any
 
+from gateway.arrivals import RedisArrivalOrder
 from gateway.claims import RedisClaims
 from gateway.locks import fail_fast_client
 from gateway.scheduler import GatewayScheduler
@@ -78,3 +81,54 @@ async def test_a_job_runs_once_per_schedule_across_workers(redis_url: str) -> No
     # Three workers ticked about 8 times each; the job ran once per slot.
     assert len(won) == len(set(won)) == len(runs)
     assert 5 <= len(runs) <= elapsed / 0.25 + 1
+
+
+async def test_a_sessions_messages_keep_their_arrival_order_across_workers(
+        gateway_factory: GatewayFactory, fake_llm: FakeLLMServer, redis_url: str) -> None:
+    order: list[str] = []
+
+    def respond(body: dict[str, Any]) -> Reply:
+        order.append(str(body["messages"][-1]["content"]))
+        return Reply(f"re: {order[-1]}", delay=0.1)
+
+    fake_llm.responder = respond
+    first, a = await gateway_factory(redis={"url": redis_url})
+    second, b = await gateway_factory(redis={"url": redis_url})
+    chat = f"chat-{uuid.uuid4().hex}"
+    tasks = []
+    counter = fail_fast_client(redis_url)
+    for i in range(8):  # a load balancer alternating between the workers
+        gateway, adapter = (first, a) if i % 2 == 0 else (second, b)
+        message = replace(adapter.inbound(f"m{i}", chat_id=chat), message_id=f"id{i}")  # ids unique in the chat
+        tasks.append(asyncio.create_task(gateway.router.handle(message, adapter)))
+        # The next message arrives once this one has reached its worker (drawn its ticket).
+        while int(await counter.get(f"concord:order:next:discord:dm:{chat}") or 0) < i + 1:
+            await asyncio.sleep(0.002)
+    await counter.aclose()
+    await asyncio.gather(*tasks)
+    assert order == [f"m{i}" for i in range(8)]
+    record = await first.rt.store.sessions.get_active("discord", f"dm:{chat}")
+    assert record is not None
+    stored = await first.rt.store.messages.load_active(record.id)
+    assert [m["content"] for m in stored.messages if m["role"] == "user"] == [f"m{i}" for i in range(8)]
+
+
+async def test_a_ticket_whose_worker_died_is_skipped_after_the_lock_lifetime(redis_url: str) -> None:
+    now = [0.0]
+    client = fail_fast_client(redis_url)
+    order = RedisArrivalOrder(client, stale_after_s=5, prefix=f"concord-test:{uuid.uuid4().hex}:",
+                              clock=lambda: now[0])
+    try:
+        dead, alive = await order.arrive("s"), await order.arrive("s")
+        assert (dead.ticket, alive.ticket) == (1, 2)
+        assert await order.ready("s", dead)
+        assert not await order.ready("s", alive)  # ticket 1's worker is still expected
+        now[0] = 4.9
+        assert not await order.ready("s", alive)
+        now[0] = 5.1
+        assert await order.ready("s", alive)  # given up on ticket 1
+        await order.served("s", alive)
+        await order.served("s", dead)  # a late handler of the skipped ticket does not move the counter back
+        assert await order.ready("s", await order.arrive("s"))
+    finally:
+        await client.aclose()
