@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from dataclasses import replace
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 from gateway.arrivals import RedisArrivalOrder
@@ -102,7 +102,7 @@ async def test_a_sessions_messages_keep_their_arrival_order_across_workers(
         message = replace(adapter.inbound(f"m{i}", chat_id=chat), message_id=f"id{i}")  # ids unique in the chat
         tasks.append(asyncio.create_task(gateway.router.handle(message, adapter)))
         # The next message arrives once this one has reached its worker (drawn its ticket).
-        while int(await counter.get(f"concord:order:next:discord:dm:{chat}") or 0) < i + 1:
+        while int(await counter.get(f"concord:order:next:discord:dm:{chat}") or 0) < i + 1:  # noqa: ASYNC110
             await asyncio.sleep(0.002)
     await counter.aclose()
     await asyncio.gather(*tasks)
