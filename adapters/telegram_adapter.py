@@ -1,7 +1,9 @@
 """Telegram adapter on python-telegram-bot: private chats, groups, supergroups, forum topics, channels.
 
 Long polling by default (``async with``-style lifecycle, never ``run_polling``, which would own the event
-loop); webhook mode with a secret token by configuration; ``api_base_url`` points at a local Bot API server.
+loop); webhook mode with a secret token by configuration, answered only once an update has been handled
+(:mod:`adapters.telegram_webhook`), so any worker behind a load balancer can take any update and one that
+dies mid-turn gets it delivered again; ``api_base_url`` points at a local Bot API server.
 
 Privacy mode: with BotFather's privacy mode on (the default), Telegram delivers only commands, @mentions
 and replies to the bot in groups. Turn it off (``/setprivacy``) for unaddressed chatter to reach the
@@ -50,6 +52,7 @@ from adapters.base import (
 )
 from adapters.logsafe import redact_in_logs
 from adapters.telegram_format import markdown_to_telegram_html
+from adapters.telegram_webhook import WebhookServer
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +164,7 @@ class TelegramAdapter(Adapter):
         self.app.add_error_handler(self._on_error)
         self._admin_cache: OrderedDict[tuple[int, int], tuple[float, bool]] = OrderedDict()
         self._running = False
+        self._webhook: WebhookServer | None = None
 
     @property
     def bot_username(self) -> str:
@@ -181,13 +185,12 @@ class TelegramAdapter(Adapter):
         updater = self.app.updater
         assert updater is not None  # the builder always makes one
         if self.settings.mode == "webhook":
-            await updater.start_webhook(
-                listen=self.settings.webhook_listen,
-                port=self.settings.webhook_port,
-                url_path=self.settings.webhook_path,
-                webhook_url=self.settings.webhook_url,
-                secret_token=self.settings.webhook_secret,
-            )
+            assert self.settings.webhook_url and self.settings.webhook_secret  # checked by TelegramSettings
+            self._webhook = WebhookServer(listen=self.settings.webhook_listen, port=self.settings.webhook_port,
+                                          path=self.settings.webhook_path, secret=self.settings.webhook_secret,
+                                          handle=self._webhook_update)
+            await self._webhook.start()
+            await self.app.bot.set_webhook(self.settings.webhook_url, secret_token=self.settings.webhook_secret)
         elif self.settings.poll_on_start:
             await self.start_polling()
         self._running = True
@@ -236,6 +239,9 @@ class TelegramAdapter(Adapter):
         updater = self.app.updater
         if updater is not None and updater.running:
             await updater.stop()
+        if self._webhook is not None:
+            self._handler = None  # new webhook deliveries get 503: Telegram sends them again, elsewhere
+            await self._webhook.aclose()
         await self._drain(self.settings.drain_seconds)
         await self.app.stop()
         await self.app.shutdown()
@@ -314,6 +320,34 @@ class TelegramAdapter(Adapter):
     # -- inbound ---------------------------------------------------------------------------------
     async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
         log.error("telegram: error while handling an update: %r", context.error)
+
+    async def _webhook_update(self, data: dict[str, Any]) -> bool:
+        """Handle one webhook update to the end; False when this worker cannot (Telegram delivers it again)."""
+        handler = self._handler
+        if handler is None:
+            return False
+        try:
+            update = Update.de_json(data, self.app.bot)
+        except Exception as exc:
+            log.warning("telegram: skipping malformed update %s (%s)", data.get("update_id"), type(exc).__name__)
+            return True
+        message = update.message or update.channel_post
+        if message is None:
+            return True
+        try:
+            inbound = await self._to_inbound(message)
+        except Exception:
+            log.exception("telegram: could not read update %s; skipped", update.update_id)
+            return True
+        if inbound is None:
+            return True
+        try:
+            await handler(inbound)
+        except Exception as exc:
+            log.warning("telegram: update %s not handled here (%s); Telegram will deliver it again",
+                        update.update_id, type(exc).__name__)
+            return False
+        return True
 
     async def _on_update(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         message = update.message or update.channel_post

@@ -1,14 +1,17 @@
-"""Adapters for several workers: Discord shards (this worker identifies as its own shard) and Telegram
-polling that waits for the gateway's lease."""
+"""Adapters for several workers: Discord shards (this worker identifies as its own shard), Telegram polling
+that waits for the gateway's lease, and webhook updates confirmed only once handled."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
 from dataclasses import replace
 
 import discord
+import httpx
 import pytest
 
+from adapters.base import Inbound
 from adapters.discord_adapter import DiscordAdapter, DiscordSettings, _client
 from adapters.telegram_adapter import TelegramAdapter, TelegramSettings
 from gateway.config import ConfigError, load_settings
@@ -62,3 +65,40 @@ async def test_telegram_polls_only_when_told(fake_telegram: FakeTelegram,
         assert not adapter.polling
     finally:
         await adapter.stop()
+
+
+async def test_a_webhook_update_is_confirmed_only_once_handled(fake_telegram: FakeTelegram,
+                                                               telegram_settings: TelegramSettings) -> None:
+    release = asyncio.Event()
+    handled: list[str] = []
+
+    async def slow(inbound: Inbound) -> None:
+        await release.wait()
+        handled.append(inbound.text)
+
+    port = _free_port()
+    adapter = TelegramAdapter(replace(telegram_settings, mode="webhook", webhook_port=port, webhook_path="tg",
+                                      webhook_url=f"http://127.0.0.1:{port}/tg", webhook_secret="s3cret"))
+    await adapter.start(slow)
+    url, headers = f"http://127.0.0.1:{port}/tg", {"X-Telegram-Bot-Api-Secret-Token": "s3cret"}
+    update = {"update_id": 5, "message": fake_telegram.make_message("hello", chat_type="private", chat_id=9)}
+    try:
+        async with httpx.AsyncClient() as client:
+            post = asyncio.create_task(client.post(url, json=update, headers=headers))
+            await asyncio.sleep(0.3)
+            assert not post.done()  # Telegram still holds the update: a crash now means it comes again
+            release.set()
+            assert (await post).status_code == 200 and handled == ["hello"]
+            assert (await client.post(url, json={"update_id": 6}, headers=headers)).status_code == 200  # not ours
+            await adapter.stop_receiving()
+            late = await client.post(url, json={**update, "update_id": 7}, headers=headers)
+            assert late.status_code == 503  # shutting down: deliver it to another worker
+    finally:
+        await adapter.stop()
+    assert handled == ["hello"]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
