@@ -105,3 +105,30 @@ async def test_a_worker_killed_before_the_platform_confirmed_loses_no_answer(
     assert await check_exactly_once([item], fake_telegram.sent_messages, database_url) == []
     assert await cluster.metric(1, "concord_answers_redelivered_total") == 1
     assert len(fake_llm.requests) == 1
+
+
+async def test_one_worker_polls_and_another_takes_over_when_it_dies(
+        cluster_factory: ClusterFactory, fake_llm: FakeLLMServer, fake_telegram: FakeTelegram,
+        database_url: str) -> None:
+    echo(fake_llm)
+    cluster = await cluster_factory(2, CONCORD_TELEGRAM__MODE="polling", CONCORD_TELEGRAM__POLLING_LEASE_SECONDS=3)
+    chat = 800_003
+    sent: list[Sent] = []
+
+    async def say(text: str) -> None:
+        message = fake_telegram.inject_message(text, chat_type="private", chat_id=chat, user_id=chat)
+        sent.append(Sent(chat, message["message_id"], text))
+        await fake_telegram.wait_for_messages(len(sent), within_s=30)
+
+    await say("who polls?")
+    received = [await cluster.metric(i, "concord_messages_received_total") for i in range(2)]
+    assert sorted(received) == [0, 1]  # exactly one worker polls
+    poller = received.index(1)
+    cluster.kill(poller)  # no release: the lease expires (3 s) and the other worker takes it
+    killed_at = time.monotonic()
+    await say("still there?")
+    takeover = time.monotonic() - killed_at
+    await say("and again")
+    assert await check_exactly_once(sent, fake_telegram.sent_messages, database_url) == []
+    assert await cluster.metric(1 - poller, "concord_messages_received_total") == 2
+    assert takeover <= 3 + 1 + 5  # the lease's expiry, one retry interval, a poll round trip
