@@ -89,10 +89,13 @@ def _inbound(session: int, text: str) -> Inbound:
                    user_id=f"u{session}", user_name="Bench", message_id=str(next(_ids)), text=text)
 
 
-async def _gateway(url: str, locks: LockBackend, data_dir: Path) -> tuple[Gateway, SilentAdapter]:
+async def _gateway(url: str, locks: LockBackend, data_dir: Path,
+                   redis: str | None = None) -> tuple[Gateway, SilentAdapter]:
+    # With a Redis URL, inbound de-dup and arrival tickets go through Redis too, as with several workers.
     settings = load_settings(llm={"model": "instant", "base_url": "http://127.0.0.1:9", "context_length": 128_000},
                              storage={"database_url": url, "data_dir": str(data_dir)},
-                             gateway={"sweep_cron": None}, memory={"enabled": False})
+                             gateway={"sweep_cron": None}, memory={"enabled": False},
+                             redis={"url": redis} if redis else {})
     store = await Store.open(url, migrate=False)
     runtime = await build_runtime(settings, provider=InstantProvider(), store=store, locks=locks)
     adapter = SilentAdapter()
@@ -148,9 +151,10 @@ async def _sweep_idle(gateway: Gateway) -> tuple[float, int]:
     return time.perf_counter() - started, len(report.entries)
 
 
-async def _one(label: str, url: str, locks: LockBackend, sessions: int, rounds: int, data_dir: Path) -> bool:
+async def _one(label: str, url: str, locks: LockBackend, sessions: int, rounds: int, data_dir: Path,
+               redis: str | None = None) -> bool:
     await upgrade_database(url)
-    gateway, _ = await _gateway(url, locks, data_dir)
+    gateway, _ = await _gateway(url, locks, data_dir, redis)
     try:
         samples = await _latency(gateway, sessions, rounds)
         rate = await _throughput(gateway, sessions, rounds)
@@ -175,7 +179,7 @@ async def run(postgres: str | None, redis: str | None, sessions: int, rounds: in
         if postgres and redis:
             async with scratch_postgres(postgres, "concord_bench_gw") as url:
                 locks = RedisLocks.from_url(redis, prefix=f"concord:bench:{uuid.uuid4().hex[:8]}:")
-                await _one("postgresql + redis", url, locks, sessions, rounds, Path(tmp))
+                await _one("postgresql + redis", url, locks, sessions, rounds, Path(tmp), redis)
         else:
             print("postgresql + redis: skipped (pass --postgres and --redis, or set CONCORD_BENCH_* URLs)")
     return 0 if ok else 1
