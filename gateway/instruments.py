@@ -56,8 +56,6 @@ class Instruments:
                                buckets=_TURN_BUCKETS, registry=r)
         self.llm_seconds = Histogram("concord_llm_request_seconds", "LLM call time", ["model", "purpose"],
                                      buckets=_LLM_BUCKETS, registry=r)
-        self.llm_failures = Counter("concord_llm_failures", "LLM calls that failed", ["model", "purpose", "kind"],
-                                    registry=r)
         self.tokens = Counter("concord_llm_tokens", "Tokens reported by the provider",
                               ["model", "purpose", "type"], registry=r)
         self.compressions = Counter("concord_compressions", "Compressions done", ["trigger"], registry=r)

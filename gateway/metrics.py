@@ -152,9 +152,7 @@ class Metrics:
             self.instruments.llm_seconds.labels(label, "summary").observe(seconds)
         if usage is None:
             self.summary_failures += 1
-            kind = error or "unknown"
-            self.instruments.summary_failures.labels(kind).inc()
-            self.instruments.llm_failures.labels(label, "summary", kind).inc()
+            self.instruments.summary_failures.labels(error or "unknown").inc()
         else:
             self._add_usage(usage, label, "summary")
 
