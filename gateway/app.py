@@ -151,11 +151,12 @@ async def _open_store(settings: Settings) -> Store:
     return await Store.open(settings.storage.url)
 
 
-def _locks(settings: Settings) -> LockBackend:
+def _locks(settings: Settings, metrics: Metrics) -> LockBackend:
     url = _secret(settings.redis.url)
     if url:
         return RedisLocks.from_url(url, turn_ttl=settings.redis.lock_timeout_seconds,
-                                   compression_ttl=settings.redis.lock_timeout_seconds)
+                                   compression_ttl=settings.redis.lock_timeout_seconds,
+                                   on_error=metrics.record_lock_error)
     return InProcessLocks()
 
 
@@ -185,7 +186,7 @@ async def build_runtime(settings: Settings, *, provider: Provider | None = None,
     new_engine = _engine_factory(settings, MeteredProvider(provider, metrics),
                                  MeteredProvider(summary_provider, metrics))
     return Runtime(
-        settings=settings, store=store or await _open_store(settings), locks=locks or _locks(settings),
+        settings=settings, store=store or await _open_store(settings), locks=locks or _locks(settings, metrics),
         provider=provider, counter=get_counter(settings.llm.encoding),
         new_engine=new_engine, new_memory=_memory_factory(settings),
         model=settings.llm.model, engine_name=settings.context.engine, clock=clock, metrics=metrics,
@@ -311,9 +312,6 @@ class Gateway:
             return
         self._closed = True
         await self.scheduler.aclose()
-        for task in self._tasks:  # the polling lease is released, so another worker takes over at once
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
         # Intake stops first: a message fetched now could no longer be handled, and Telegram would count it
         # as delivered. Adapters keep sending, so the turns in flight still answer.
         for adapter in self._started:
@@ -321,6 +319,9 @@ class Gateway:
                 await adapter.stop_receiving()
             except Exception:
                 log.warning("adapter %s: stop_receiving failed", adapter.name, exc_info=True)
+        for task in self._tasks:  # polling has stopped: release the lease so another worker takes over now
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.router.aclose(grace_seconds)
         for adapter in reversed(self._started):
             with contextlib.suppress(Exception):

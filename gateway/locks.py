@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -103,19 +103,23 @@ class RedisLocks(LockBackend):
     after at most ``ttl`` seconds but a live one keeps it as long as it works."""
 
     def __init__(self, client: Redis, *, prefix: str = "concord:lock:", turn_ttl: float = 30.0,
-                 compression_ttl: float = 60.0, poll_interval: float = 0.05) -> None:
+                 compression_ttl: float = 60.0, poll_interval: float = 0.05,
+                 on_error: Callable[[str], None] | None = None) -> None:
         self._client = client
         self._prefix = prefix
         self._turn_ttl = turn_ttl
         self._compression_ttl = compression_ttl
         self._poll = poll_interval
+        # Hears each failed Redis call by operation (acquire, renew, release): the metrics' lock errors.
+        self._on_error = on_error or (lambda operation: None)
         self._closed = False
 
     @classmethod
     def from_url(cls, url: str, *, prefix: str = "concord:lock:", turn_ttl: float = 30.0,
-                 compression_ttl: float = 60.0) -> RedisLocks:
+                 compression_ttl: float = 60.0, on_error: Callable[[str], None] | None = None) -> RedisLocks:
         """Locks over a fail-fast client for ``url`` (``redis://host:port/db``)."""
-        return cls(fail_fast_client(url), prefix=prefix, turn_ttl=turn_ttl, compression_ttl=compression_ttl)
+        return cls(fail_fast_client(url), prefix=prefix, turn_ttl=turn_ttl, compression_ttl=compression_ttl,
+                   on_error=on_error)
 
     def _lock(self, kind: str, session_id: str, ttl: float, blocking: bool) -> Lock:
         return self._client.lock(f"{self._prefix}{kind}:{session_id}", timeout=ttl, sleep=self._poll,
@@ -143,12 +147,12 @@ class RedisLocks(LockBackend):
         async with self._held(lock, session_id, self._compression_ttl):
             yield True
 
-    @staticmethod
-    async def _acquire(lock: Lock, session_id: str, fallback: str) -> bool | None:
+    async def _acquire(self, lock: Lock, session_id: str, fallback: str) -> bool | None:
         """True/False as Redis answered; None when Redis is broken (the caller proceeds: fail-open)."""
         try:
             return bool(await lock.acquire())
         except RedisError as exc:
+            self._on_error("acquire")
             log.warning("lock backend unavailable for session %s (%s): %s", session_id, type(exc).__name__,
                         fallback)
             return None
@@ -164,28 +168,30 @@ class RedisLocks(LockBackend):
                 await renewer
             await self._release(lock, session_id)
 
-    @staticmethod
-    async def _renew(lock: Lock, session_id: str, ttl: float) -> None:
+    async def _renew(self, lock: Lock, session_id: str, ttl: float) -> None:
         while True:
             await asyncio.sleep(ttl / 3)
             try:
                 await lock.reacquire()
             except LockNotOwnedError:
+                self._on_error("lost")
                 log.error("lock %s for session %s expired or was lost while held; work may overlap",
                           lock.name, session_id)
                 return
             except RedisError as exc:
+                self._on_error("renew")
                 log.warning("could not renew lock %s for session %s (%s); retrying", lock.name, session_id,
                             type(exc).__name__)
 
-    @staticmethod
-    async def _release(lock: Lock, session_id: str) -> None:
+    async def _release(self, lock: Lock, session_id: str) -> None:
         try:
             await lock.release()
         except LockNotOwnedError:
+            self._on_error("lost")
             log.warning("lock %s for session %s was lost before release (expired or Redis restarted)",
                         lock.name, session_id)
         except RedisError as exc:
+            self._on_error("release")
             log.warning("could not release lock %s for session %s (%s); it expires by itself",
                         lock.name, session_id, type(exc).__name__)
 

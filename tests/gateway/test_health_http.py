@@ -44,6 +44,11 @@ async def test_metrics_count_what_the_gateway_did(gateway_factory: GatewayFactor
 
 async def test_readiness_fails_without_redis_or_a_connected_adapter(gateway_factory: GatewayFactory) -> None:
     gateway, adapter = await gateway_factory(metrics={"port": 0}, redis={"url": "redis://:hunter2@127.0.0.1:9/0"})
+    await adapter.say("answered all the same")  # every Redis part fails open, and each failure is counted
+    assert adapter.texts() == ["ok"]
+    errors = gateway.rt.metrics.instruments.registry.get_sample_value
+    for operation in ("acquire", "order_arrive", "claim_check", "claim_claim"):
+        assert errors("concord_lock_backend_errors_total", {"operation": operation}) == 1, operation
     async with httpx.AsyncClient() as client:
         ready = await client.get(_url(gateway, "/readyz"))
         assert ready.status_code == 503
