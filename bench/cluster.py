@@ -82,6 +82,12 @@ class Cluster:
     def __post_init__(self) -> None:
         self._client = httpx.AsyncClient(timeout=httpx.Timeout(120.0, connect=2.0))
         self._update_ids = iter(range(1, 10**9))
+        # Chat ids never used before on this Redis: handled ids and tickets of earlier runs live on there.
+        self._chat_ids = iter(range(int(time.time() * 1000) % 10**12 * 100, 10**15))
+
+    def new_chat(self) -> int:
+        """A private chat id no earlier run used."""
+        return next(self._chat_ids)
 
     def _worker_env(self, worker: Worker) -> dict[str, str]:
         base = {k: v for k, v in os.environ.items() if not k.startswith("CONCORD_")}

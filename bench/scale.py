@@ -97,12 +97,11 @@ async def _one_run(workers: int, postgres: str, redis: str, sessions: int, per_s
 
 async def _load(cluster: Cluster, url: str, telegram: FakeTelegram, sessions: int, per_session: int) -> Run:
     for i in range(cluster.size):  # warm every worker's connections and caches
-        update, _ = cluster.message(900_000 + i, "warm up")
+        update, _ = cluster.message(cluster.new_chat(), "warm up")
         await cluster.deliver(update, prefer=i)
     telegram.sent_messages.clear()
     sent: list[Sent] = []
     latencies: list[float] = []
-    base = 1_000_000 + int(time.time()) % 1_000_000 * 100  # fresh chat ids: Redis keeps earlier runs' tickets
 
     async def conversation(chat_id: int, start: int) -> None:
         for n in range(per_session):
@@ -116,7 +115,7 @@ async def _load(cluster: Cluster, url: str, telegram: FakeTelegram, sessions: in
     cpu_before = sum(_cpu_seconds(p) for p in pids)
     driver_before = time.process_time()
     began = time.perf_counter()
-    await asyncio.gather(*(conversation(base + s, s) for s in range(sessions)))
+    await asyncio.gather(*(conversation(cluster.new_chat(), s) for s in range(sessions)))
     seconds = time.perf_counter() - began
     worker_cpu = sum(_cpu_seconds(p) for p in pids) - cpu_before
     driver_cpu = time.process_time() - driver_before

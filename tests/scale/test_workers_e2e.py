@@ -39,19 +39,19 @@ async def test_three_workers_keep_order_and_answer_each_message_once(
     sent: list[Sent] = []
     rng = random.Random(18)
 
-    async def conversation(chat_id: int) -> None:
+    async def conversation(chat_id: int, start: int) -> None:
         for n in range(6):
             update, item = cluster.message(chat_id, f"chat {chat_id} message {n}")
             sent.append(item)
             # Each message to another worker than the last; every fourth also delivered twice at once (a
             # load balancer retrying, or Telegram redelivering).
-            first = cluster.deliver(update, prefer=(chat_id + n) % 3)
+            first = cluster.deliver(update, prefer=(start + n) % 3)
             if rng.random() < 0.25:
-                await asyncio.gather(first, cluster.deliver(update, prefer=(chat_id + n + 1) % 3))
+                await asyncio.gather(first, cluster.deliver(update, prefer=(start + n + 1) % 3))
             else:
                 await first
 
-    await asyncio.gather(*(conversation(700_000 + c) for c in range(8)))
+    await asyncio.gather(*(conversation(cluster.new_chat(), c) for c in range(8)))
     assert await check_exactly_once(sent, fake_telegram.sent_messages, database_url) == []
     handled = [await cluster.metric(i, "concord_messages_received_total") for i in range(3)]
     assert sum(handled) == len(sent) and all(handled)  # every worker took part
@@ -62,7 +62,7 @@ async def test_a_worker_killed_mid_turn_leaves_the_message_to_another(
         database_url: str) -> None:
     asked = echo(fake_llm, slow={"the slow one": 60.0})
     cluster = await cluster_factory(2, CONCORD_REDIS__LOCK_TIMEOUT_SECONDS=3)
-    chat = 800_001
+    chat = cluster.new_chat()
     sent: list[Sent] = []
     for text in ("before", "the slow one"):
         update, item = cluster.message(chat, text)
@@ -89,7 +89,7 @@ async def test_a_worker_killed_before_the_platform_confirmed_loses_no_answer(
         database_url: str) -> None:
     echo(fake_llm)
     cluster = await cluster_factory(2, CONCORD_DELIVERY__RESEND_AFTER_SECONDS=2)
-    chat = 800_002
+    chat = cluster.new_chat()
     update, item = cluster.message(chat, "answer me")
     fake_telegram.stall_texts.add("re: answer me")  # worker 0 stores the answer, then hangs in sendMessage
     delivery = asyncio.create_task(cluster.deliver(update, prefer=0))
@@ -112,7 +112,7 @@ async def test_one_worker_polls_and_another_takes_over_when_it_dies(
         database_url: str) -> None:
     echo(fake_llm)
     cluster = await cluster_factory(2, CONCORD_TELEGRAM__MODE="polling", CONCORD_TELEGRAM__POLLING_LEASE_SECONDS=3)
-    chat = 800_003
+    chat = cluster.new_chat()
     sent: list[Sent] = []
 
     async def say(text: str) -> None:
