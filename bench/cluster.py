@@ -18,6 +18,7 @@ import signal
 import socket
 import sys
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,11 +83,12 @@ class Cluster:
     def __post_init__(self) -> None:
         self._client = httpx.AsyncClient(timeout=httpx.Timeout(120.0, connect=2.0))
         self._update_ids = iter(range(1, 10**9))
-        # Chat ids never used before on this Redis: handled ids and tickets of earlier runs live on there.
-        self._chat_ids = iter(range(int(time.time() * 1000) % 10**12 * 100, 10**15))
+        # Keys of this cluster only: handled ids and tickets of earlier runs on this Redis do not apply.
+        self.key_prefix = f"concord-cluster:{uuid.uuid4().hex}:"
+        self._chat_ids = iter(range(700_000, 10**12))
 
     def new_chat(self) -> int:
-        """A private chat id no earlier run used."""
+        """A private chat id not used before in this cluster."""
         return next(self._chat_ids)
 
     def _worker_env(self, worker: Worker) -> dict[str, str]:
@@ -103,7 +105,7 @@ class Cluster:
             "CONCORD_TELEGRAM__WEBHOOK_SECRET": SECRET, "CONCORD_TELEGRAM__PARSE_MODE": "plain",
             "CONCORD_STORAGE__DATABASE_URL": self.database_url,
             "CONCORD_STORAGE__DATA_DIR": str(self.workdir / f"worker-{worker.index}"),
-            "CONCORD_REDIS__URL": self.redis_url,
+            "CONCORD_REDIS__URL": self.redis_url, "CONCORD_REDIS__KEY_PREFIX": self.key_prefix,
             "CONCORD_GATEWAY__SWEEP_CRON": "off", "CONCORD_GATEWAY__WORKER_ID": f"worker-{worker.index}",
             "CONCORD_MEMORY__ENABLED": "false",
             "CONCORD_METRICS__PORT": str(worker.metrics_port),

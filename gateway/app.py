@@ -36,6 +36,7 @@ from gateway.delivery import Deliveries
 from gateway.health import HealthServer, ReadinessCheck
 from gateway.keys import SessionKey
 from gateway.lease import Lease, RedisLease, SoleLease
+from gateway.limit_backends import InProcessLimits, LimitBackend, RedisLimits
 from gateway.locks import InProcessLocks, LockBackend, RedisLocks, fail_fast_client
 from gateway.metrics import MeteredProvider, Metrics
 from gateway.router import Router
@@ -154,7 +155,8 @@ async def _open_store(settings: Settings) -> Store:
 def _locks(settings: Settings, metrics: Metrics) -> LockBackend:
     url = _secret(settings.redis.url)
     if url:
-        return RedisLocks.from_url(url, turn_ttl=settings.redis.lock_timeout_seconds,
+        return RedisLocks.from_url(url, prefix=f"{settings.redis.key_prefix}lock:",
+                                   turn_ttl=settings.redis.lock_timeout_seconds,
                                    compression_ttl=settings.redis.lock_timeout_seconds,
                                    on_error=metrics.record_lock_error)
     return InProcessLocks()
@@ -168,14 +170,20 @@ def _coordination(settings: Settings, metrics: Metrics) -> tuple[Claims, Arrival
         return InProcessClaims(), InProcessOrder(), None
     client = fail_fast_client(url)
     # A ticket nobody handled for a lock's lifetime belonged to a worker that died.
-    order = RedisArrivalOrder(client, stale_after_s=settings.redis.lock_timeout_seconds,
+    prefix = settings.redis.key_prefix
+    order = RedisArrivalOrder(client, stale_after_s=settings.redis.lock_timeout_seconds, prefix=f"{prefix}order:",
                               on_error=metrics.record_lock_error)
-    return RedisClaims(client, on_error=metrics.record_lock_error), order, client
+    return RedisClaims(client, prefix=f"{prefix}claim:", on_error=metrics.record_lock_error), order, client
+
+
+def _limits(settings: Settings) -> LimitBackend:
+    url = _secret(settings.redis.url)
+    return RedisLimits.from_url(url, prefix=f"{settings.redis.key_prefix}limits:") if url else InProcessLimits()
 
 
 async def build_runtime(settings: Settings, *, provider: Provider | None = None, store: Store | None = None,
                         locks: LockBackend | None = None, summary_provider: Provider | None = None,
-                        clock: Callable[[], datetime] = utc_now) -> Runtime:
+                        clock: Callable[[], datetime] = utc_now, limits: LimitBackend | None = None) -> Runtime:
     """Construct the shared dependencies; the store is migrated when this function opens it."""
     provider = provider or main_provider_for(settings)
     summary_provider = summary_provider or summary_provider_for(settings, provider)
@@ -191,6 +199,7 @@ async def build_runtime(settings: Settings, *, provider: Provider | None = None,
         new_engine=new_engine, new_memory=_memory_factory(settings),
         model=settings.llm.model, engine_name=settings.context.engine, clock=clock, metrics=metrics,
         claims=claims, arrivals=arrivals, redis=redis, worker_id=settings.gateway.worker_id or default_worker_id(),
+        limits=limits or _limits(settings),
     )
 
 
@@ -204,7 +213,7 @@ def build_adapters(settings: Settings) -> list[Adapter]:
         d = settings.discord
         adapters.append(DiscordAdapter(DiscordSettings(
             token=discord_token, allow_bots=d.allow_bots, admin_role_ids=tuple(int(i) for i in d.admin_role_ids),
-            admin_role_names=tuple(d.admin_role_names), slash_commands=d.slash_commands,
+            admin_role_names=tuple(d.admin_role_names), slash_commands=d.slash_commands, streaming=d.streaming,
             shard_count=d.shard_count, shard_ids=tuple(d.shard_ids))))
     telegram_token = _secret(settings.telegram.token)
     if telegram_token:
@@ -215,7 +224,7 @@ def build_adapters(settings: Settings) -> list[Adapter]:
             token=telegram_token, api_base_url=t.api_base_url, mode=t.mode, webhook_url=t.webhook_url,
             webhook_listen=t.webhook_listen, webhook_port=t.webhook_port,
             webhook_secret=_secret(t.webhook_secret), check_chat_admins=t.check_chat_admins,
-            parse_mode=t.parse_mode,
+            parse_mode=t.parse_mode, streaming=t.streaming,
             # With Redis several workers may run: only the holder of the polling lease polls.
             poll_on_start=not (t.mode == "polling" and _secret(settings.redis.url)))))
     if not adapters:
@@ -286,7 +295,8 @@ class Gateway:
             return None
         if self.rt.redis is None:
             return SoleLease()
-        return RedisLease(self.rt.redis, f"{adapter.name}-polling", holder=self.rt.worker_id,
+        return RedisLease(self.rt.redis, f"{self.rt.settings.redis.key_prefix}lease:{adapter.name}-polling",
+                          holder=self.rt.worker_id,
                           ttl_s=self.rt.settings.telegram.polling_lease_seconds,
                           on_error=self.rt.metrics.record_lock_error)
 
@@ -329,6 +339,7 @@ class Gateway:
         await self.rt.provider.aclose()
         await self.rt.locks.aclose()
         await self.rt.claims.aclose()
+        await self.rt.limits.aclose()
         if self.health is not None:
             await self.health.aclose()
         await self.rt.store.aclose()
@@ -384,6 +395,7 @@ async def run_sweep(settings: Settings, dry_run: bool = False, *, show_progress:
         await rt.provider.aclose()
         await rt.locks.aclose()
         await rt.claims.aclose()
+        await rt.limits.aclose()
         await rt.store.aclose()
 
 

@@ -59,11 +59,13 @@ class Deliveries:
         except SendError as exc:
             log.warning("%s: answer %s not delivered (%s); left for recovery", adapter.name, delivery_id, exc)
             return
-        self.metrics.record_sent(adapter.name)
-        if delivery_id is not None:
-            await self._confirm(delivery_id)
+        await self.confirm(adapter, delivery_id)
 
-    async def _confirm(self, delivery_id: int) -> None:
+    async def confirm(self, adapter: Adapter, delivery_id: int | None) -> None:
+        """The platform confirmed an answer ``adapter`` delivered (sent, or a live reply's final edit)."""
+        self.metrics.record_sent(adapter.name)
+        if delivery_id is None:
+            return
         try:
             await self.store.deliveries.mark_sent(delivery_id)
         except Exception as exc:

@@ -43,7 +43,7 @@ class SoleLease(Lease):
 
 
 class RedisLease(Lease):
-    """The lease as a Redis lock ``concord:lease:<name>``; ``holder`` names this worker in the key's value."""
+    """The lease as a Redis lock under the key ``name``; ``holder`` names this worker in the key's value."""
 
     def __init__(self, client: Redis, name: str, *, ttl_s: float, holder: str,
                  on_error: Callable[[str], None] | None = None) -> None:
@@ -55,7 +55,7 @@ class RedisLease(Lease):
         self.held = False
 
     async def hold(self, on_gain: Hook, on_loss: Hook) -> None:
-        lock = self._client.lock(f"concord:lease:{self._name}", timeout=self._ttl, blocking=False,
+        lock = self._client.lock(self._name, timeout=self._ttl, blocking=False,
                                  thread_local=False)
         interval = self._ttl / 3
         try:

@@ -27,7 +27,7 @@ from agent.events import (
     EventSink,
     emit_event,
 )
-from agent.llm.base import Completion, Provider, Usage
+from agent.llm.base import Completion, Provider, TextProgress, Usage
 from agent.llm.errors import LLMError
 from gateway.instruments import Instruments, trigger_of
 
@@ -310,12 +310,14 @@ class MeteredProvider(Provider):
         model: str | None = None,
         stream: bool = False,
         temperature: float | None = None,
+        on_text: TextProgress | None = None,
     ) -> Completion:
         """Delegate to the inner provider, counting the call, its time and usage (or its failure)."""
         started = time.perf_counter()
         try:
             completion = await self.inner.complete(messages, system=system, tools=tools, max_tokens=max_tokens,
-                                                   model=model, stream=stream, temperature=temperature)
+                                                   model=model, stream=stream, temperature=temperature,
+                                                   on_text=on_text)
         except LLMError as exc:
             self.metrics.record_summary_call(None, model=model or self.model, seconds=time.perf_counter() - started,
                                              error=type(exc).__name__)

@@ -1,43 +1,55 @@
 """The message path (R-G2, R-G4), readable top to bottom:
 
-    inbound ─▶ session key, arrival ticket ─▶ per-session FIFO ─▶ turn lock (and our ticket's turn)
-            ─▶ handled before? drop (de-dup)
-            ─▶ unaddressed group message? keep as context, stop
-            ─▶ command? run it                      ┐
-            ─▶ else hygiene (R-G3) ─▶ agent turn    ├─ persist (inside)
+    inbound ─▶ access (ignore / refuse / pairing code) ─▶ session key
+            ─▶ /stop? cancel the running turn, stop
+            ─▶ unaddressed group line? observe: batch it into the session (gateway.observe), stop
+            ─▶ busy mode (interrupt the sender's turn / collect a burst) ─▶ queue depth cap
+            ─▶ arrival ticket ─▶ per-session FIFO ─▶ turn lock (and the ticket's turn)
+            ─▶ handled before? drop (de-dup) ─▶ load session (+ the group's pending lines)
+            ─▶ command? run it                                            ┐
+            ─▶ else rate limits / budgets ─▶ hygiene (R-G3) ─▶ agent turn  ├─ persist (inside)
             ─▶ store the reply (delivery ledger) ─▶ mark the inbound id handled
-            ─▶ release lock ─▶ send the reply ─▶ mark it sent
+            ─▶ release lock ─▶ send the reply (or finish the live one) ─▶ mark it sent
+
+In groups the bot answers only when mentioned, replied to or commanded (in a free-response chat, always).
+Refusals are quiet in groups and one short line in a DM; a message over a rate limit or budget gets one notice
+saying when it resets, and never reaches the model. Other group lines are stored in the session as they come
+(``gateway.group_history: observe``), or, in ``addressed`` mode, kept tagged with the speaker's name in a
+bounded per-session buffer (``gateway.group_context_limit`` newest lines) and handed to the agent in front of
+the next message that addresses it.
 
 De-duplication happens under the session's turn lock: two deliveries of one message (a Telegram update sent
 to two workers, a redelivery after a restart) belong to one session, so the second waits for the first and
 then finds its id marked handled (in Redis, shared by all workers, or in-process). A worker that dies
 mid-turn never marks the id, so a redelivery to another worker is handled there. With several workers the
 arrival ticket (`gateway.arrivals`) keeps a session's messages in the order the workers received them.
-
-In groups the bot answers only when mentioned, replied to or commanded. Other group messages are kept, tagged
-with the speaker's name, in a bounded per-session buffer (``gateway.group_context_limit`` newest lines) and
-handed to the agent in front of the next message that addresses it; so they enter the stored conversation
-exactly once, with the turn that used them, and an idle channel costs no writes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
+from datetime import timedelta
 from typing import Any
 
 from adapters.base import Adapter, Inbound, Outbound
 from agent.events import EventSink, Notice
-from agent.turn import StopReason
+from agent.turn import StopReason, TurnResult
+from gateway.access import AccessPolicy, Verdict, user_ref
 from gateway.arrivals import Turn
-from gateway.commands import Command, CommandContext, is_admin, run_command
+from gateway.busy import Batch, RunningTurn, RunningTurns
+from gateway.commands import Command, CommandContext, is_admin, run_command, stop_command
 from gateway.compaction import run_hygiene
 from gateway.continuity import with_note
 from gateway.delivery import Deliveries
 from gateway.keys import SessionKey, session_key
+from gateway.limits import RateLimiter
 from gateway.metrics import fan_out
+from gateway.observe import GroupObserver
+from gateway.pairing import Pairing
 from gateway.prompt import speaker_tag
 from gateway.queues import SessionQueues
 from gateway.session import LiveSession, SessionManager
@@ -51,6 +63,12 @@ FAILURE_TEXT = "⚠️ Something went wrong while handling your message. Please 
 EMPTY_ANSWER = "(The model returned an empty answer.)"
 INTERRUPTED_TEXT = "⚠️ I was interrupted (the bot is restarting) before I could answer. Ask me to continue."
 CONTEXT_HEADER = "[Earlier messages in this channel, not addressed to you]"
+REFUSED_DM = "Sorry, this bot is not available to you."
+PAIRING_TEXT = ("This bot answers people an admin approved. Your pairing code is {code}: "
+                "ask an admin to send /approve {code}.")
+QUEUE_FULL = "⏳ {waiting} messages are already waiting here; send this again once they are answered."
+STOPPED_TEXT = "⏹️ Stopped."
+INTERRUPTED_BY_NEW_TEXT = "⏹️ Interrupted by a newer message."
 # How soon a worker holding a later ticket of a session asks again for the turn.
 TURN_POLL_S = 0.02
 
@@ -100,21 +118,120 @@ class Router:
         self.deliveries = deliveries or Deliveries(
             rt.store, rt.metrics, rt.worker_id, resend_after_s=self.settings.delivery.resend_after_seconds,
             freshness_s=self.settings.delivery.freshness_seconds, clock=rt.clock)
-        self._queues: SessionQueues[SessionKey, tuple[Inbound, Adapter, Turn]] = SessionQueues(self._process)
+        self._queues: SessionQueues[SessionKey, tuple[Inbound | Batch, Adapter, Turn]] = SessionQueues(self._process)
         self.metrics.instruments.watch_queue(lambda: self._queues.depth)
+        self.access = AccessPolicy.from_settings(self.settings)
+        self.limiter = RateLimiter(self.settings.limits, rt.limits, rt.clock)
+        self.pairing = (Pairing(rt.store.chat_settings, timedelta(minutes=self.settings.gateway.pairing_code_minutes),
+                                rt.clock) if self.settings.gateway.dm_policy == "pairing" else None)
+        # Addressed messages waiting per session (``limits.session_queue_depth``); entries leave at zero.
+        self._waiting: Counter[SessionKey] = Counter()
+        self.running = RunningTurns()
+        self.observing = self.settings.gateway.group_history == "observe"
+        self.observer = GroupObserver(sessions)
+        self._batches: dict[tuple[SessionKey, str], Batch] = {}
 
     async def handle(self, inbound: Inbound, adapter: Adapter) -> None:
         """Take one inbound message; returns once it has been handled (queued behind its session's earlier ones)."""
+        admin = is_admin(inbound.platform, inbound.user_id, self.settings.gateway.admins, inbound.is_admin_hint)
+        if not await self._admitted(inbound, adapter, admin):
+            return
+        if inbound.chat_type != "dm" and not inbound.mentions_bot and self.access.free_response(inbound):
+            inbound = dataclasses.replace(inbound, mentions_bot=True)
         key = session_key(inbound, self.settings.gateway.scope_for(inbound.platform))
+        command = Command.of(inbound)
+        if command is not None and command.name == "stop":
+            # Never queued: it acts on the turn the queue is busy with.
+            reply = stop_command(self.running.get(key), inbound, admin)
+            if reply:
+                await adapter.send(inbound, reply)
+            return
+        if not _addressed_anywhere(inbound):
+            if self.observing and key.is_group:
+                # Batched, no lock per line: a line is kept once, by whichever worker claims its id first.
+                if await self.sessions.rt.claims.claim(_handled_key(inbound), self.settings.gateway.dedupe_ttl_seconds):
+                    self.observer.add(key, _observed_line(inbound), inbound.user_id)
+                else:
+                    self.metrics.record_duplicate(inbound.platform)
+            else:
+                await self._enqueue(key, inbound, adapter)
+            return
+        mode = self.settings.gateway.busy_mode
+        if mode == "interrupt" and command is None:
+            running = self.running.get(key)
+            if running is not None and running.user_id == inbound.user_id:
+                running.stop("interrupt")
+        if mode == "collect" and command is None:
+            await self._collect(key, inbound, adapter, admin)
+            return
+        await self._submit(key, inbound, adapter, admin)
+
+    async def _collect(self, key: SessionKey, inbound: Inbound, adapter: Adapter, admin: bool) -> None:
+        """``collect``: join the sender's batch still waiting in this session, or start one."""
+        slot = (key, inbound.user_id)
+        batch = self._batches.get(slot)
+        if batch is not None and not batch.started:
+            batch.add(inbound)
+            await batch.finished.wait()
+            return
+        batch = self._batches[slot] = Batch(inbound)
+        try:
+            await self._submit(key, batch, adapter, admin)
+        finally:
+            batch.finished.set()
+            if self._batches.get(slot) is batch:
+                del self._batches[slot]
+
+    async def _submit(self, key: SessionKey, item: Inbound | Batch, adapter: Adapter, admin: bool) -> None:
+        """Queue an addressed message, unless ``limits.session_queue_depth`` are waiting already (admins and the
+        console are exempt): then the sender is told, and nothing is queued."""
+        if admin or key.platform == "console":
+            await self._enqueue(key, item, adapter)
+            return
+        if self._waiting[key] >= self.settings.limits.session_queue_depth:
+            inbound = item.first if isinstance(item, Batch) else item
+            if isinstance(item, Batch):
+                item.started = True  # refused: a message sent meanwhile starts a batch of its own
+            await adapter.send(inbound, QUEUE_FULL.format(waiting=self._waiting[key]))
+            return
+        self._waiting[key] += 1
+        try:
+            await self._enqueue(key, item, adapter)
+        finally:
+            self._waiting[key] -= 1
+            if self._waiting[key] <= 0:
+                del self._waiting[key]
+
+    async def _enqueue(self, key: SessionKey, item: Inbound | Batch, adapter: Adapter) -> None:
+        """Draw the arrival ticket, then queue ``item`` behind the session's earlier messages in this worker."""
         turn = await self.sessions.rt.arrivals.arrive(str(key))
-        await self._queues.submit(key, (inbound, adapter, turn))
+        await self._queues.submit(key, (item, adapter, turn))
+
+    async def _admitted(self, inbound: Inbound, adapter: Adapter, admin: bool) -> bool:
+        """Apply the access policy: True to go on; otherwise the refusal (if any is due) was sent."""
+        approved = (self.pairing is not None and inbound.chat_type == "dm" and not admin
+                    and await self.pairing.is_approved(user_ref(inbound)))
+        verdict = self.access.decide(inbound, admin=admin, approved=approved)
+        if verdict is Verdict.ALLOW:
+            return True
+        log.info("access: %s from %s in %s:%s (%s)", verdict, user_ref(inbound), inbound.platform, inbound.chat_id,
+                 inbound.chat_type)
+        if inbound.chat_type == "dm":
+            if verdict is Verdict.PAIR and self.pairing is not None:
+                await adapter.send(inbound, PAIRING_TEXT.format(code=await self.pairing.code_for(user_ref(inbound))))
+            elif verdict is Verdict.REFUSE:
+                await adapter.send(inbound, REFUSED_DM)
+        return False
 
     async def aclose(self, grace_seconds: float = 30.0) -> None:
-        """Stop taking messages and let queued ones finish (graceful shutdown)."""
+        """Stop taking messages and let queued ones finish (graceful shutdown); store every observed line."""
         await self._queues.aclose(grace_seconds)
+        await self.observer.aclose()
 
-    async def _process(self, key: SessionKey, item: tuple[Inbound, Adapter, Turn]) -> None:
-        inbound, adapter, turn = item
+    async def _process(self, key: SessionKey, item: tuple[Inbound | Batch, Adapter, Turn]) -> None:
+        queued, adapter, turn = item
+        inbound = await queued.take(self.settings.gateway.collect_window_seconds) if isinstance(queued, Batch) \
+            else queued
         rt = self.sessions.rt
         asked = time.perf_counter()
         while True:
@@ -158,32 +275,49 @@ class Router:
     async def _chain(self, key: SessionKey, inbound: Inbound, adapter: Adapter) -> list[str]:
         command = Command.of(inbound)
         if key.is_group and not _addressed(inbound, command):
-            self.context.add(key, speaker_tag(inbound.user_name, inbound.text))
+            if self.observing:
+                self.observer.add(key, _observed_line(inbound), inbound.user_id)
+            else:
+                self.context.add(key, speaker_tag(inbound.user_name, inbound.text))
             return []
         live = await self.sessions.open(key, inbound.user_id)
+        if self.observing and key.is_group:
+            await self.observer.flush_locked(key, live)  # what the group said comes before the question
 
         async def notices(notice: Notice) -> None:
             await adapter.send(inbound.chat, notice.text)
 
+        admin = is_admin(inbound.platform, inbound.user_id, self.settings.gateway.admins, inbound.is_admin_hint)
         if command is not None and (command.known or not key.is_group):
-            admin = is_admin(inbound.platform, inbound.user_id, self.settings.gateway.admins, inbound.is_admin_hint)
-            ctx = CommandContext(self.sessions, live, inbound, admin, notices, self.events)
+            ctx = CommandContext(self.sessions, live, inbound, admin, notices, self.events, self.limiter,
+                                 self.pairing)
             reply, _ = await run_command(command, ctx)
             return [reply]
-        started, failed = time.perf_counter(), True
-        try:
-            async with adapter.typing(inbound):
-                await run_hygiene(self.sessions, live, notices=notices, events=self.events)
-                result = await agent_turn(self.sessions, live, self._user_message(key, live, inbound),
-                                          notices=notices, events=self.events)
-            failed = result.stop_reason is StopReason.ERROR
-        finally:
-            self.metrics.record_turn(time.perf_counter() - started, failed=failed)
-        if result.stop_reason is StopReason.ERROR:
-            return []  # the loop already sent its error as a notice
-        if result.stop_reason is StopReason.CANCELLED:
-            return [INTERRUPTED_TEXT]  # shutdown cut the turn off; what it did so far is stored
-        return [result.text or EMPTY_ANSWER]
+        if not admin and inbound.platform != "console":
+            refusal = await self.limiter.admit(inbound)
+            if refusal is not None:
+                return [refusal]
+        stream = adapter.live_reply(inbound)
+        with self.running.track(key, inbound) as running:
+            started, failed = time.perf_counter(), True
+            try:
+                async with adapter.typing(inbound):
+                    await run_hygiene(self.sessions, live, notices=notices, events=self.events)
+                    result = await agent_turn(self.sessions, live, self._user_message(key, live, inbound),
+                                              notices=notices, events=self.events, stream=stream,
+                                              on_start=running.attach)
+                failed = result.stop_reason is StopReason.ERROR
+            finally:
+                self.metrics.record_turn(time.perf_counter() - started, failed=failed)
+        await self.limiter.record(inbound, sum(u.prompt_tokens + u.completion_tokens for u in result.usage))
+        answer = _answer_text(result, running)
+        if answer is None or stream is None:
+            return [answer] if answer else []
+        # A live reply is sent by editing; the ledger still holds the final text until the edit is confirmed.
+        delivery_id = await self.deliveries.record(Outbound.to(inbound, answer), live.id)
+        await stream.finish(answer)  # the live reply becomes the exact final text
+        await self.deliveries.confirm(adapter, delivery_id)
+        return []
 
     def _user_message(self, key: SessionKey, live: LiveSession, inbound: Inbound) -> dict[str, Any]:
         text = inbound.text
@@ -208,6 +342,30 @@ class Router:
 def _handled_key(inbound: Inbound) -> str:
     """The de-duplication key of an inbound message: its platform id within its chat (and thread)."""
     return f"inbound:{inbound.platform}:{inbound.chat_id}:{inbound.thread_id or ''}:{inbound.message_id}"
+
+
+def _observed_line(inbound: Inbound) -> str:
+    """An unaddressed group message as stored: the speaker's tag, the text, and any attachment named."""
+    notes = [f"[Attached {a.kind}: {a.name}]" for a in inbound.attachments]
+    return speaker_tag(inbound.user_name, "\n".join(part for part in (inbound.text, *notes) if part))
+
+
+def _answer_text(result: TurnResult, running: RunningTurn) -> str | None:
+    """What the chat is shown when a turn ends (None: nothing more, the loop already sent its error)."""
+    if result.stop_reason is StopReason.ERROR:
+        return None
+    if result.stop_reason is not StopReason.CANCELLED:
+        return result.text or EMPTY_ANSWER
+    # Cut off: keep what was streamed, saying why it stops there.
+    why = {"stop": STOPPED_TEXT, "interrupt": INTERRUPTED_BY_NEW_TEXT}.get(
+        running.stopped or "", INTERRUPTED_TEXT)  # no cause of ours: shutdown
+    return f"{result.text}\n\n{why}" if result.text else why
+
+
+def _addressed_anywhere(inbound: Inbound) -> bool:
+    """Whether ``inbound`` asks something of the bot (any command counts: in a DM even an unknown one is
+    answered), before the session is known."""
+    return inbound.chat_type == "dm" or inbound.mentions_bot or inbound.reply_to_bot or inbound.is_command
 
 
 def _addressed(inbound: Inbound, command: Command | None) -> bool:

@@ -21,6 +21,7 @@ from gateway.arrivals import ArrivalOrder, InProcessOrder
 from gateway.claims import Claims, InProcessClaims
 from gateway.config import Settings
 from gateway.keys import SessionKey
+from gateway.limit_backends import InProcessLimits, LimitBackend
 from gateway.locks import LockBackend
 from gateway.metrics import Metrics
 from gateway.store import Store
@@ -65,3 +66,5 @@ class Runtime:
     # The Redis client behind ``claims`` and the polling lease (None: a single worker, nothing shared).
     redis: Redis | None = None
     worker_id: str = field(default_factory=default_worker_id)
+    # Rate-limit and token-budget state: Redis when configured (shared by workers), else this process's.
+    limits: LimitBackend = field(default_factory=InProcessLimits)

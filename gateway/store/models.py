@@ -25,7 +25,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
-__all__ = ["Base", "CompactionRow", "DeliveryRow", "MessageRow", "SessionRow", "UTCDateTime"]
+__all__ = ["Base", "ChatSettingRow", "CompactionRow", "DeliveryRow", "MessageRow", "SessionRow", "UTCDateTime"]
 
 # SQLite only auto-increments an INTEGER PRIMARY KEY (the rowid alias), which FTS5 also keys on.
 _BigId = BigInteger().with_variant(Integer(), "sqlite")
@@ -166,3 +166,12 @@ class DeliveryRow(Base):
     __table_args__ = (
         Index("ix_deliveries_pending", "created_at", sqlite_where=_PENDING, postgresql_where=_PENDING),
     )
+class ChatSettingRow(Base):
+    """A value set through a chat command that must outlive the process: a chat's persona, a paired user."""
+
+    __tablename__ = "chat_settings"
+
+    scope: Mapped[str] = mapped_column(String(255), primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())

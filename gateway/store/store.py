@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from gateway.store.chat_settings import ChatSettingsRepository
 from gateway.store.compaction import CompactionRepository
 from gateway.store.database import create_engine, read
 from gateway.store.deliveries import DeliveryRepository
@@ -17,7 +18,7 @@ __all__ = ["Store"]
 
 class Store:
     """The session store. ``store.sessions``, ``store.messages``, ``store.compactions``, ``store.search``,
-    ``store.deliveries`` (the delivery ledger).
+    ``store.chat_settings``, ``store.deliveries`` (the delivery ledger).
 
     Open with ``await Store.open(url)`` (migrates the database first unless ``migrate=False``) and close
     with ``await store.aclose()`` (idempotent), or use ``async with await Store.open(url) as store``.
@@ -29,6 +30,7 @@ class Store:
         self.messages = MessageRepository(engine)
         self.compactions = CompactionRepository(engine)
         self.deliveries = DeliveryRepository(engine)
+        self.chat_settings = ChatSettingsRepository(engine)
         self._search = MessageSearch(engine)
         self.search = self._search.search
         self._closed = False

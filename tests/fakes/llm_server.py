@@ -157,9 +157,11 @@ class FakeLLMServer:
     # ----- scripting -------------------------------------------------------------------------------------
     def reply(self, text: str = "ok", *, usage: Mapping[str, int] | None = None,
               tool_calls: Sequence[Mapping[str, Any]] | None = None, finish_reason: str | None = None,
-              delay: float = 0.0) -> None:
-        """Queue a successful reply; ``tool_calls`` items are {"name", "arguments": dict|str, "id"?}."""
-        self._script.append(Reply(text, tool_calls, usage, finish_reason, delay))
+              delay: float = 0.0, chunk_delay: float = 0.0, text_pieces: int = 3) -> None:
+        """Queue a successful reply; ``tool_calls`` items are {"name", "arguments": dict|str, "id"?}. A streamed
+        reply comes in ``text_pieces`` pieces, ``chunk_delay`` seconds apart."""
+        self._script.append(Reply(text, tool_calls, usage, finish_reason, delay, chunk_delay=chunk_delay,
+                                  text_pieces=text_pieces))
 
     def fail(self, kind: str, *, times: int = 1, delay: float = 0.0, **params: Any) -> None:
         """Queue ``times`` failures of a kind: context_overflow, context_output, llamacpp_context,
@@ -302,6 +304,8 @@ class FakeLLMServer:
         for sent, (name, data) in enumerate(events):
             if reply.drop_after_chunks is not None and sent >= reply.drop_after_chunks:
                 return await self._drop(request)
+            if sent:
+                await self._pause(reply.chunk_delay)
             await response.write(_sse(name, data))
         if not reply.omit_end and not reply.stream_error:
             await response.write(_sse(*end))

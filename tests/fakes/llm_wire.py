@@ -38,6 +38,10 @@ class Reply:
     drop_after_chunks: int | None = None
     omit_end: bool = False
     stream_error: str | None = None
+    # Seconds between streamed events (a slow model whose answer grows visibly).
+    chunk_delay: float = 0.0
+    # How many pieces the text streams in.
+    text_pieces: int = 3
 
     def calls(self) -> list[dict[str, Any]]:
         """Tool calls with ids and arguments as JSON strings."""
@@ -223,7 +227,8 @@ def openai_chunks(reply: Reply, model: str, usage: Mapping[str, int] | None, seq
     base = {"id": f"chatcmpl-fake-{seq}", "object": "chat.completion.chunk", "created": int(time.time()),
             "model": model}
     chunks = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}]
-    chunks += [{**base, "choices": [{"index": 0, "delta": {"content": p}}]} for p in _pieces(reply.text)]
+    chunks += [{**base, "choices": [{"index": 0, "delta": {"content": p}}]}
+               for p in _pieces(reply.text, reply.text_pieces)]
     for i, call in enumerate(reply.calls()):
         head = {"index": i, "id": call["id"], "type": "function", "function": {"name": call["name"], "arguments": ""}}
         chunks.append({**base, "choices": [{"index": 0, "delta": {"tool_calls": [head]}}]})
@@ -271,7 +276,7 @@ def anthropic_events(reply: Reply, model: str, usage: Mapping[str, int], seq: in
             events.append(("ping", {"type": "ping"}))
             events += [("content_block_delta", {"type": "content_block_delta", "index": index,
                                                 "delta": {"type": "text_delta", "text": p}})
-                       for p in _pieces(block["text"])]
+                       for p in _pieces(block["text"], reply.text_pieces)]
         else:
             events.append(("content_block_start", {"type": "content_block_start", "index": index, "content_block": {
                 "type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}}))

@@ -79,8 +79,8 @@ async def test_a_holder_that_cannot_renew_gives_the_lease_up(redis_url: str) -> 
     try:
         await _wait(lambda: a.events == ["gain"], 2)
         other = fail_fast_client(redis_url)
-        await other.delete(f"concord:lease:{name}")  # the key is lost (Redis restarted without persistence)
-        await other.set(f"concord:lease:{name}", b"someone-else")
+        await other.delete(name)  # the key is lost (Redis restarted without persistence)
+        await other.set(name, b"someone-else")
         await _wait(lambda: a.events == ["gain", "loss"], 2)
         await other.aclose()
     finally:

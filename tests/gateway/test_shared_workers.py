@@ -21,8 +21,9 @@ from tests.gateway.conftest import GatewayFactory
 async def test_a_message_delivered_to_two_workers_is_answered_once(gateway_factory: GatewayFactory,
                                                                   fake_llm: FakeLLMServer, redis_url: str) -> None:
     fake_llm.responder = lambda body: Reply("the one answer", delay=0.2)
-    first, a = await gateway_factory(redis={"url": redis_url})
-    second, b = await gateway_factory(redis={"url": redis_url})
+    shared = {"url": redis_url, "key_prefix": f"concord-test:{uuid.uuid4().hex}:"}
+    first, a = await gateway_factory(redis=shared)
+    second, b = await gateway_factory(redis=shared)
     chat = f"chat-{uuid.uuid4().hex}"
     message = a.inbound("hello", chat_id=chat)
     # The same update reaches both workers at once (a load balancer retrying), then once more later.
@@ -92,8 +93,9 @@ async def test_a_sessions_messages_keep_their_arrival_order_across_workers(
         return Reply(f"re: {order[-1]}", delay=0.1)
 
     fake_llm.responder = respond
-    first, a = await gateway_factory(redis={"url": redis_url})
-    second, b = await gateway_factory(redis={"url": redis_url})
+    shared = {"url": redis_url, "key_prefix": f"concord-test:{uuid.uuid4().hex}:"}
+    first, a = await gateway_factory(redis=shared)
+    second, b = await gateway_factory(redis=shared)
     chat = f"chat-{uuid.uuid4().hex}"
     tasks = []
     counter = fail_fast_client(redis_url)
@@ -102,7 +104,7 @@ async def test_a_sessions_messages_keep_their_arrival_order_across_workers(
         message = replace(adapter.inbound(f"m{i}", chat_id=chat), message_id=f"id{i}")  # ids unique in the chat
         tasks.append(asyncio.create_task(gateway.router.handle(message, adapter)))
         # The next message arrives once this one has reached its worker (drawn its ticket).
-        while int(await counter.get(f"concord:order:next:discord:dm:{chat}") or 0) < i + 1:  # noqa: ASYNC110
+        while int(await counter.get(f"{shared['key_prefix']}order:next:discord:dm:{chat}") or 0) < i + 1:  # noqa: ASYNC110
             await asyncio.sleep(0.002)
     await counter.aclose()
     await asyncio.gather(*tasks)
