@@ -103,6 +103,8 @@ class Cluster:
             "CONCORD_TELEGRAM__MODE": "webhook", "CONCORD_TELEGRAM__WEBHOOK_URL": url,
             "CONCORD_TELEGRAM__WEBHOOK_LISTEN": "127.0.0.1", "CONCORD_TELEGRAM__WEBHOOK_PORT": str(worker.webhook_port),
             "CONCORD_TELEGRAM__WEBHOOK_SECRET": SECRET, "CONCORD_TELEGRAM__PARSE_MODE": "plain",
+            # One sendMessage per answer (no live edits): what the crash tests stall and count.
+            "CONCORD_TELEGRAM__STREAMING": "false",
             "CONCORD_STORAGE__DATABASE_URL": self.database_url,
             "CONCORD_STORAGE__DATA_DIR": str(self.workdir / f"worker-{worker.index}"),
             "CONCORD_REDIS__URL": self.redis_url, "CONCORD_REDIS__KEY_PREFIX": self.key_prefix,
