@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from gateway.config import ConfigError
+
 __all__ = ["HealthServer", "ReadinessCheck"]
 
 log = logging.getLogger(__name__)
@@ -44,7 +46,8 @@ class HealthServer:
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
-        """Bind and serve; ``port`` 0 picks a free one (``self.port`` then holds it)."""
+        """Bind and serve; ``port`` 0 picks a free one (``self.port`` then holds it). A port that cannot be
+        bound is a `ConfigError` (one line, exit 2)."""
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
@@ -56,7 +59,7 @@ class HealthServer:
             await site.start()
         except OSError as exc:
             await runner.cleanup()
-            raise OSError(f"metrics.port {self.port} on {self.listen}: {exc.strerror or exc}") from None
+            raise ConfigError(f"metrics.port {self.port} on {self.listen}: {exc.strerror or exc}") from None
         self._runner = runner
         self.port = runner.addresses[0][1]
         log.info("metrics and health checks on http://%s:%d (/metrics /healthz /readyz)", self.listen, self.port)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -42,3 +43,14 @@ def test_no_llm_configured_explains_what_to_set(tmp_path: Path) -> None:
     result = _run({}, tmp_path)
     assert result.returncode == 2
     assert "CONCORD_LLM__BASE_URL" in result.stderr and "CONCORD_LLM__MODEL" in result.stderr
+
+
+def test_a_metrics_port_in_use_is_one_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = _run({**LLM, "CONCORD_METRICS__PORT": str(port)}, tmp_path)
+    assert result.returncode == 2
+    assert f"metrics.port {port} on 127.0.0.1" in result.stderr
+    assert "Traceback" not in result.stderr
