@@ -53,6 +53,7 @@ from adapters.base import (
 from adapters.live import ChatThrottle, EditedReply, LiveRateLimited
 from adapters.logsafe import redact_in_logs
 from adapters.telegram_format import markdown_to_telegram_html
+from adapters.telegram_handoff import UpdateHandOff
 from adapters.telegram_webhook import WebhookServer
 
 log = logging.getLogger(__name__)
@@ -108,9 +109,16 @@ class _SkippingUpdatesRequest(HTTPXRequest):
     PTB parses a whole getUpdates batch at once; one malformed update makes it drop the batch without
     advancing the offset, so the same batch would be fetched forever. Emptying the bad update lets the
     offset move on and every other update through.
+
+    It also holds back the next getUpdates (which confirms the last batch) until ``handoff`` says every
+    update of the batch reached the gateway.
     """
 
+    handoff: UpdateHandOff | None = None
+
     async def do_request(self, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
+        if self.handoff is not None:
+            await self.handoff.wait()
         code, payload = await super().do_request(*args, **kwargs)
         if code != 200:
             return code, payload
@@ -121,6 +129,8 @@ class _SkippingUpdatesRequest(HTTPXRequest):
         if isinstance(body, dict) and isinstance(body.get("result"), list):
             body["result"] = [_parseable(item) for item in body["result"] if isinstance(item, dict)]
             payload = json.dumps(body).encode()
+            if self.handoff is not None:
+                self.handoff.fetched(u["update_id"] for u in body["result"] if isinstance(u.get("update_id"), int))
         return code, payload
 
 
@@ -161,12 +171,15 @@ class TelegramAdapter(Adapter):
         self.settings = settings
         redact_in_logs(settings.token, "<telegram-token>")
         root = (settings.api_base_url or "https://api.telegram.org").rstrip("/")
+        self.handoff = UpdateHandOff()
+        updates_request = _SkippingUpdatesRequest(read_timeout=settings.poll_timeout + 10)
+        updates_request.handoff = self.handoff
         self.app: Application[Any, Any, Any, Any, Any, Any] = (
             Application.builder()
             .token(settings.token)
             .base_url(f"{root}/bot")
             .base_file_url(f"{root}/file/bot")
-            .get_updates_request(_SkippingUpdatesRequest(read_timeout=settings.poll_timeout + 10))
+            .get_updates_request(updates_request)
             .build()
         )
         self.app.add_handler(TypeHandler(Update, self._on_update))
@@ -442,6 +455,13 @@ class TelegramAdapter(Adapter):
         return True
 
     async def _on_update(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        try:
+            await self._take_update(update)
+        finally:
+            # Dispatched (the router queues or holds it at once) or skipped: Telegram may now forget it.
+            self.handoff.handed_on(update.update_id)
+
+    async def _take_update(self, update: Update) -> None:
         message = update.message or update.channel_post
         if message is None:
             kind = "edited message" if update.edited_message or update.edited_channel_post else "unsupported"

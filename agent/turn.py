@@ -63,6 +63,9 @@ class Compaction:
     system_prompt: str
     old_session_id: str
     session_id: str
+    # How many of the turn's appended messages (from the user's on) the compacted list was computed from: the
+    # ones a persisted compaction already holds, verbatim or summarized.
+    appended: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,11 @@ saying when it resets, and never reaches the model. Other group lines are stored
 bounded per-session buffer (``gateway.group_context_limit`` newest lines) and handed to the agent in front of
 the next message that addresses it.
 
+When the database is down, a message that meets the outage is held — it stays first in its session's queue
+and is retried with backoff (outside the turn lock) until storage is back, then answered; the session's later
+messages wait behind it in order. Past ``gateway.held_messages_per_session`` waiting messages, the next ones
+are answered plainly that the bot is unavailable instead of being queued without bound.
+
 De-duplication happens under the session's turn lock: two deliveries of one message (a Telegram update sent
 to two workers, a redelivery after a restart) belong to one session, so the second waits for the first and
 then finds its id marked handled (in Redis, shared by all workers, or in-process). A worker that dies
@@ -45,8 +50,10 @@ from gateway.commands import Command, CommandContext, is_admin, run_command, sto
 from gateway.compaction import run_hygiene
 from gateway.continuity import with_note
 from gateway.delivery import Deliveries
+from gateway.durability import backoff_delay, is_storage_outage
 from gateway.keys import SessionKey, session_key
 from gateway.limits import RateLimiter
+from gateway.logthrottle import LogThrottle, describe_cause
 from gateway.metrics import fan_out
 from gateway.observe import GroupObserver
 from gateway.pairing import Pairing
@@ -71,6 +78,8 @@ STOPPED_TEXT = "⏹️ Stopped."
 INTERRUPTED_BY_NEW_TEXT = "⏹️ Interrupted by a newer message."
 # How soon a worker holding a later ticket of a session asks again for the turn.
 TURN_POLL_S = 0.02
+UNAVAILABLE_TEXT = ("⚠️ I'm unavailable right now (my storage is down) and cannot keep more messages. "
+                    "Please send this again in a few minutes.")
 
 
 class GroupContext:
@@ -130,6 +139,7 @@ class Router:
         self.observing = self.settings.gateway.group_history == "observe"
         self.observer = GroupObserver(sessions)
         self._batches: dict[tuple[SessionKey, str], Batch] = {}
+        self._failures = LogThrottle(log)
 
     async def handle(self, inbound: Inbound, adapter: Adapter) -> None:
         """Take one inbound message; returns once it has been handled (queued behind its session's earlier ones)."""
@@ -146,15 +156,23 @@ class Router:
             if reply:
                 await adapter.send(inbound, reply)
             return
-        if not _addressed_anywhere(inbound):
-            if self.observing and key.is_group:
-                # Batched, no lock per line: a line is kept once, by whichever worker claims its id first.
-                if await self.sessions.rt.claims.claim(_handled_key(inbound), self.settings.gateway.dedupe_ttl_seconds):
-                    self.observer.add(key, _observed_line(inbound), inbound.user_id)
-                else:
-                    self.metrics.record_duplicate(inbound.platform)
+        addressed = _addressed_anywhere(inbound)
+        if not addressed and self.observing and key.is_group:
+            # Batched, no lock per line: a line is kept once, by whichever worker claims its id first.
+            if await self.sessions.rt.claims.claim(_handled_key(inbound), self.settings.gateway.dedupe_ttl_seconds):
+                self.observer.add(key, _observed_line(inbound), inbound.user_id)
             else:
-                await self._enqueue(key, inbound, adapter)
+                self.metrics.record_duplicate(inbound.platform)
+            return
+        storage = self.sessions.rt.storage
+        if storage.down and self._queues.pending(key) >= self.settings.gateway.held_messages_per_session:
+            storage.throttle.warning("hold-full", "storage unavailable and %d messages already held for %s: "
+                                     "answering that the bot is unavailable", self._queues.pending(key), key)
+            if addressed:
+                await adapter.send(inbound, UNAVAILABLE_TEXT)
+            return
+        if not addressed:
+            await self._enqueue(key, inbound, adapter)
             return
         mode = self.settings.gateway.busy_mode
         if mode == "interrupt" and command is None:
@@ -241,20 +259,47 @@ class Router:
         queued, adapter, turn = item
         inbound = await queued.take(self.settings.gateway.collect_window_seconds) if isinstance(queued, Batch) \
             else queued
-        rt = self.sessions.rt
+        storage = self.sessions.rt.storage
         asked = time.perf_counter()
+        attempt = 0
         while True:
-            async with rt.locks.session_turn(str(key)):
-                if await rt.arrivals.ready(str(key), turn):
-                    self.metrics.record_lock_wait(time.perf_counter() - asked)
-                    try:
-                        pending = await self._handle_locked(key, inbound, adapter)
-                    finally:
-                        await rt.arrivals.served(str(key), turn)
-                    break
-            await asyncio.sleep(TURN_POLL_S)  # an earlier message of this session is at another worker
+            try:
+                pending = await self._try_turn(key, inbound, adapter, turn, asked)
+            except Exception as exc:
+                if not is_storage_outage(exc):
+                    raise
+                # Held: the lock is released while storage is down. The lane still holds this message, so it
+                # counts itself.
+                storage.failed(exc, f"message {inbound.message_id} in {key} held "
+                                    f"({self._queues.pending(key)} held for the session)")
+                await asyncio.sleep(backoff_delay(attempt))
+                attempt += 1
+                continue
+            if pending is None:
+                await asyncio.sleep(TURN_POLL_S)  # an earlier message of this session is at another worker
+                continue
+            if attempt:
+                storage.succeeded()
+            break
         for out, delivery_id in pending:
             await self.deliveries.send(adapter, out, delivery_id)
+
+    async def _try_turn(self, key: SessionKey, inbound: Inbound, adapter: Adapter, turn: Turn,
+                        asked: float) -> list[tuple[Outbound, int | None]] | None:
+        """One try under the turn lock: the answers to send, or None when the session's earlier message (an
+        earlier ticket) is still to be handled by another worker. A storage outage propagates."""
+        rt = self.sessions.rt
+        async with rt.locks.session_turn(str(key)):
+            if not await rt.arrivals.ready(str(key), turn):
+                return None
+            self.metrics.record_lock_wait(time.perf_counter() - asked)
+            try:
+                pending = await self._handle_locked(key, inbound, adapter)
+            except asyncio.CancelledError:
+                await rt.arrivals.served(str(key), turn)  # shutdown gives it up here: later tickets go on
+                raise
+            await rt.arrivals.served(str(key), turn)
+            return pending
 
     async def _handle_locked(self, key: SessionKey, inbound: Inbound,
                              adapter: Adapter) -> list[tuple[Outbound, int | None]]:
@@ -268,8 +313,11 @@ class Router:
         self.metrics.record_message(inbound.platform)
         try:
             replies = await self._chain(key, inbound, adapter)
-        except Exception:
-            log.exception("message %s in %s failed", inbound.message_id, key)
+        except Exception as exc:
+            if is_storage_outage(exc):
+                raise
+            self._failures.error(f"turn:{type(exc).__name__}", "turn failed (%s): message %s in %s was "
+                                 "answered with an apology", describe_cause(exc), inbound.message_id, key, exc=exc)
             replies = [FAILURE_TEXT]
         live = self.sessions.cached(key)
         pending = []

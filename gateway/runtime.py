@@ -20,6 +20,7 @@ from agent.tokens import TokenCounter
 from gateway.arrivals import ArrivalOrder, InProcessOrder
 from gateway.claims import Claims, InProcessClaims
 from gateway.config import Settings
+from gateway.durability import StorageGuard
 from gateway.keys import SessionKey
 from gateway.limit_backends import InProcessLimits, LimitBackend
 from gateway.locks import LockBackend
@@ -68,3 +69,5 @@ class Runtime:
     worker_id: str = field(default_factory=default_worker_id)
     # Rate-limit and token-budget state: Redis when configured (shared by workers), else this process's.
     limits: LimitBackend = field(default_factory=InProcessLimits)
+    # One per process: whether the database is down right now, and the retries through an outage.
+    storage: StorageGuard = field(default_factory=StorageGuard)
