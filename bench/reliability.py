@@ -3,7 +3,8 @@
     python -m bench.reliability [--only race,redis-killed,redis-hung,redis-slow,postgres-down,disk-full]
                                 [--messages 600] [--outage 30] [--baseline PATH]
 
-* race — two ``concord run`` gateways and a ``concord sweep`` loop on one session, SQLite, no Redis;
+* race — two ``concord run`` gateways and a ``concord sweep`` loop on one session, PostgreSQL, no Redis (a
+  second gateway on one SQLite database is refused by its lock file);
 * redis-killed — the same on PostgreSQL with a private Redis that is killed 10 s in (locks fail open);
 * redis-hung / redis-slow — 20 chats taking turn locks while a private Redis is SIGSTOPped for ``--outage``
   seconds, or slowed with ``DEBUG SLEEP 2``; then how long each chat waits for its lock once Redis is back;
@@ -13,7 +14,7 @@
 Each line gives messages, answered, "try again" replies, lost, dropped from view, orphaned replies, the longest
 wait after recovery and the log volume. ``--baseline`` runs the gateway scenarios a second time from another
 checkout (e.g. ``git worktree add /tmp/base <commit>``) for a before/after comparison. PostgreSQL for
-redis-killed comes from ``CONCORD_BENCH_POSTGRES_URL`` or ``CONCORD_TEST_POSTGRES_URL``.
+race and redis-killed comes from ``CONCORD_BENCH_POSTGRES_URL`` or ``CONCORD_TEST_POSTGRES_URL``.
 """
 
 from __future__ import annotations
@@ -54,17 +55,23 @@ def _redis() -> PrivateRedis:
     return server
 
 
-async def _race(messages: int, repo: Path, outage: float) -> Figures:
-    with tempfile.TemporaryDirectory(prefix="concord-race-") as name:
-        workdir = Path(name)
-        return await run_scenario(Scenario(storage_url=f"sqlite+aiosqlite:///{workdir}/concord.db",
-                                           workdir=workdir, messages_per_gateway=messages, repo=repo, timeout_s=1800))
-
-
-async def _redis_killed(messages: int, repo: Path, outage: float) -> Figures:
+def _postgres() -> str:
     postgres = os.environ.get("CONCORD_BENCH_POSTGRES_URL") or os.environ.get("CONCORD_TEST_POSTGRES_URL")
     if not postgres:
         raise RuntimeError("set CONCORD_BENCH_POSTGRES_URL or CONCORD_TEST_POSTGRES_URL")
+    return postgres
+
+
+async def _race(messages: int, repo: Path, outage: float) -> Figures:
+    with tempfile.TemporaryDirectory(prefix="concord-race-") as name:
+        async with scratch_postgres(_postgres(), "concord_reliability") as url:
+            await upgrade_database(url)
+            return await run_scenario(Scenario(storage_url=url, workdir=Path(name), messages_per_gateway=messages,
+                                               repo=repo, timeout_s=1800))
+
+
+async def _redis_killed(messages: int, repo: Path, outage: float) -> Figures:
+    postgres = _postgres()
     redis = _redis()
 
     async def kill() -> None:
