@@ -199,6 +199,11 @@ class Adapter(ABC):
     async def stop(self) -> None:
         """Disconnect; idempotent."""
 
+    @property
+    def connected(self) -> bool:
+        """Whether the platform connection is up (``/readyz``); adapters with a connection override it."""
+        return self._handler is not None
+
     async def stop_receiving(self) -> None:
         """First step of a graceful shutdown: hand nothing more to the callback; sending still works.
 

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import secrets
 import stat
 import sys
 import threading
@@ -77,6 +78,9 @@ class ConsoleAdapter(Adapter):
         self._screen = contextlib.ExitStack()
         self._closed = asyncio.Event()
         self._counter = 0
+        # Message ids unique across runs and processes: the gateway de-duplicates inbound ids (in Redis when
+        # several gateways share one), and every console numbers its lines from 1.
+        self._run = secrets.token_hex(4)
         self._lines_read = 0
         self._in_flight: dict[str, Inbound] = {}
         # The line of a streamed answer still being written: shown under the prompt until it is complete.
@@ -246,7 +250,7 @@ class ConsoleAdapter(Adapter):
         command = parse_command(text.lstrip())
         return Inbound(
             platform="console", chat_id="console", chat_type="dm", thread_id=None, user_id=self.user_name,
-            user_name=self.user_name, message_id=str(self._counter), text=text, is_command=command is not None,
+            user_name=self.user_name, message_id=f"{self._run}-{self._counter}", text=text, is_command=command is not None,
             command=command[0] if command else None, command_args=command[1] if command else "",
             is_admin_hint=self.admin,
         )

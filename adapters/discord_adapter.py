@@ -61,6 +61,10 @@ class DiscordSettings:
     ready_timeout: float = 60.0
     drain_seconds: float = 30.0
     slash_commands: bool = False
+    # Sharding: the bot's total shard count and the shards this process runs (empty: all of them). Discord
+    # routes each guild to shard (guild_id >> 22) % shard_count and DMs to shard 0.
+    shard_count: int | None = None
+    shard_ids: tuple[int, ...] = ()
     # Show answers as they grow by editing one message, at most once per ``edit_interval`` s per channel.
     streaming: bool = True
     edit_interval: float = 1.0
@@ -106,13 +110,10 @@ class DiscordAdapter(Adapter):
         self.settings = settings
         self._sleep = sleep
         self._mentions = discord.AllowedMentions(everyone=False, roles=False, users=True, replied_user=True)
-        self.client = discord.Client(
-            intents=intents(),
-            allowed_mentions=self._mentions,
-            # discord.py sleeps through waits up to this (min 30 s) itself and raises RateLimited above it.
-            max_ratelimit_timeout=30.0,
-            guild_ready_timeout=0.1,
-        )
+        self.client = _client(settings, intents=intents(), allowed_mentions=self._mentions,
+                              # discord.py sleeps through waits up to this (min 30 s) itself and raises
+                              # RateLimited above it.
+                              max_ratelimit_timeout=30.0, guild_ready_timeout=0.1)
         _guard_parsers(self.client)
         self.client.event(self.on_message)
         self._task: asyncio.Task[None] | None = None
@@ -136,6 +137,11 @@ class DiscordAdapter(Adapter):
             await self.stop()
             raise ConnectionError(f"discord did not become ready: {type(failure).__name__ if failure else 'timeout'}")
         log.info("discord: connected as %s", self.client.user)
+
+    @property
+    def connected(self) -> bool:
+        """Logged in, ready and not closed (``/readyz``)."""
+        return self._task is not None and self.client.is_ready() and not self.client.is_closed()
 
     async def stop(self) -> None:
         """Let in-flight handlers send their replies, then close the connection; idempotent."""
@@ -360,6 +366,17 @@ class DiscordAdapter(Adapter):
         roles = getattr(author, "roles", None) or []
         names = {name.lower() for name in self.settings.admin_role_names}
         return any(role.id in self.settings.admin_role_ids or role.name.lower() in names for role in roles)
+
+
+def _client(settings: DiscordSettings, **options: Any) -> discord.Client:
+    """A plain client for one shard (or no sharding); an AutoShardedClient when this process runs several
+    shards or all of a sharded bot's shards."""
+    if settings.shard_count is None:
+        return discord.Client(**options)
+    if len(settings.shard_ids) == 1:
+        return discord.Client(shard_id=settings.shard_ids[0], shard_count=settings.shard_count, **options)
+    return discord.AutoShardedClient(shard_count=settings.shard_count, shard_ids=list(settings.shard_ids) or None,
+                                     **options)
 
 
 def _role_ids(author: discord.User | discord.Member) -> tuple[str, ...]:

@@ -1,7 +1,9 @@
 """Telegram adapter on python-telegram-bot: private chats, groups, supergroups, forum topics, channels.
 
 Long polling by default (``async with``-style lifecycle, never ``run_polling``, which would own the event
-loop); webhook mode with a secret token by configuration; ``api_base_url`` points at a local Bot API server.
+loop); webhook mode with a secret token by configuration, answered only once an update has been handled
+(:mod:`adapters.telegram_webhook`), so any worker behind a load balancer can take any update and one that
+dies mid-turn gets it delivered again; ``api_base_url`` points at a local Bot API server.
 
 Privacy mode: with BotFather's privacy mode on (the default), Telegram delivers only commands, @mentions
 and replies to the bot in groups. Turn it off (``/setprivacy``) for unaddressed chatter to reach the
@@ -52,6 +54,7 @@ from adapters.live import ChatThrottle, EditedReply, LiveRateLimited
 from adapters.logsafe import redact_in_logs
 from adapters.telegram_format import markdown_to_telegram_html
 from adapters.telegram_handoff import UpdateHandOff
+from adapters.telegram_webhook import WebhookServer
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +87,9 @@ class TelegramSettings:
     max_attachment_bytes: int = 10_000_000
     drain_seconds: float = 30.0
     parse_mode: Literal["html", "plain"] = "html"
+    # False: `start` connects without polling; the gateway calls `start_polling` when this worker holds the
+    # polling lease (several workers, one poller).
+    poll_on_start: bool = True
     # Show answers as they grow by editing one message, at most once per ``edit_interval`` s per chat.
     streaming: bool = True
     edit_interval: float = 1.0
@@ -180,6 +186,7 @@ class TelegramAdapter(Adapter):
         self.app.add_error_handler(self._on_error)
         self._admin_cache: OrderedDict[tuple[int, int], tuple[float, bool]] = OrderedDict()
         self._running = False
+        self._webhook: WebhookServer | None = None
         self._throttle = ChatThrottle(settings.edit_interval)
 
     @property
@@ -201,17 +208,42 @@ class TelegramAdapter(Adapter):
         updater = self.app.updater
         assert updater is not None  # the builder always makes one
         if self.settings.mode == "webhook":
-            await updater.start_webhook(
-                listen=self.settings.webhook_listen,
-                port=self.settings.webhook_port,
-                url_path=self.settings.webhook_path,
-                webhook_url=self.settings.webhook_url,
-                secret_token=self.settings.webhook_secret,
-            )
-        else:
-            await updater.start_polling(poll_interval=0.0, timeout=self.settings.poll_timeout)
+            assert self.settings.webhook_url and self.settings.webhook_secret  # checked by TelegramSettings
+            self._webhook = WebhookServer(listen=self.settings.webhook_listen, port=self.settings.webhook_port,
+                                          path=self.settings.webhook_path, secret=self.settings.webhook_secret,
+                                          handle=self._webhook_update)
+            await self._webhook.start()
+            await self.app.bot.set_webhook(self.settings.webhook_url, secret_token=self.settings.webhook_secret)
+        elif self.settings.poll_on_start:
+            await self.start_polling()
         self._running = True
         log.info("telegram: connected as @%s (%s)", self.bot_username, self.settings.mode)
+
+    @property
+    def connected(self) -> bool:
+        """Logged in and not stopped (a worker waiting for the polling lease counts as connected)."""
+        return self._running
+
+    @property
+    def polling(self) -> bool:
+        """Whether this adapter is fetching updates by long polling right now."""
+        updater = self.app.updater
+        return self.settings.mode == "polling" and updater is not None and updater.running
+
+    async def start_polling(self) -> None:
+        """Begin long polling (idempotent); what Telegram holds for the bot arrives from its offset on."""
+        updater = self.app.updater
+        assert updater is not None  # the builder always makes one
+        if not updater.running and self._handler is not None:
+            await updater.start_polling(poll_interval=0.0, timeout=self.settings.poll_timeout)
+            log.info("telegram: polling started")
+
+    async def stop_polling(self) -> None:
+        """Stop fetching updates (idempotent); the unconfirmed ones stay with Telegram for the next poller."""
+        updater = self.app.updater
+        if updater is not None and updater.running:
+            await updater.stop()
+            log.info("telegram: polling stopped")
 
     async def stop_receiving(self) -> None:
         """Stop fetching updates (Telegram keeps the unfetched ones for the next start) and hand on the
@@ -230,6 +262,9 @@ class TelegramAdapter(Adapter):
         updater = self.app.updater
         if updater is not None and updater.running:
             await updater.stop()
+        if self._webhook is not None:
+            self._handler = None  # new webhook deliveries get 503: Telegram sends them again, elsewhere
+            await self._webhook.aclose()
         await self._drain(self.settings.drain_seconds)
         await self.app.stop()
         await self.app.shutdown()
@@ -390,6 +425,34 @@ class TelegramAdapter(Adapter):
     # -- inbound ---------------------------------------------------------------------------------
     async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
         log.error("telegram: error while handling an update: %r", context.error)
+
+    async def _webhook_update(self, data: dict[str, Any]) -> bool:
+        """Handle one webhook update to the end; False when this worker cannot (Telegram delivers it again)."""
+        handler = self._handler
+        if handler is None:
+            return False
+        try:
+            update = Update.de_json(data, self.app.bot)
+        except Exception as exc:
+            log.warning("telegram: skipping malformed update %s (%s)", data.get("update_id"), type(exc).__name__)
+            return True
+        message = update.message or update.channel_post
+        if message is None:
+            return True
+        try:
+            inbound = await self._to_inbound(message)
+        except Exception:
+            log.exception("telegram: could not read update %s; skipped", update.update_id)
+            return True
+        if inbound is None:
+            return True
+        try:
+            await handler(inbound)
+        except Exception as exc:
+            log.warning("telegram: update %s not handled here (%s); Telegram will deliver it again",
+                        update.update_id, type(exc).__name__)
+            return False
+        return True
 
     async def _on_update(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -270,6 +271,7 @@ class AgentLoop:
         while True:
             schemas = self.tools.schemas()
             sent = list(turn.messages)
+            started = time.perf_counter()
             try:
                 completion = await self.provider.complete(
                     sent, system=self.system_prompt, tools=schemas or None, max_tokens=turn.max_tokens,
@@ -281,7 +283,8 @@ class AgentLoop:
             turn.partial = ""
             self._record_usage(turn, completion, sent)
             await emit_event(self.events, AgentEvent(EVENT_LLM_RESPONSE, self.session_id, {
-                "usage": completion.usage, "finish_reason": completion.finish_reason, "model": completion.model}))
+                "usage": completion.usage, "finish_reason": completion.finish_reason, "model": completion.model,
+                "seconds": time.perf_counter() - started}))
             return completion
 
     def _streaming(self, turn: _Turn) -> dict[str, Any]:

@@ -98,10 +98,13 @@ def _inbound(session: int, text: str) -> Inbound:
                    user_id=f"u{session}", user_name="Bench", message_id=str(next(_ids)), text=text)
 
 
-async def _gateway(url: str, locks: LockBackend, data_dir: Path) -> tuple[Gateway, SilentAdapter]:
+async def _gateway(url: str, locks: LockBackend, data_dir: Path,
+                   redis: str | None = None) -> tuple[Gateway, SilentAdapter]:
+    # With a Redis URL, inbound de-dup and arrival tickets go through Redis too, as with several workers.
     settings = load_settings(llm={"model": "instant", "base_url": "http://127.0.0.1:9", "context_length": 128_000},
                              storage={"database_url": url, "data_dir": str(data_dir)},
-                             gateway={"sweep_cron": None}, memory={"enabled": False})
+                             gateway={"sweep_cron": None}, memory={"enabled": False},
+                             redis={"url": redis} if redis else {})
     store = await Store.open(url, migrate=False)
     runtime = await build_runtime(settings, provider=InstantProvider(), store=store, locks=locks)
     adapter = SilentAdapter()
@@ -158,10 +161,10 @@ async def _sweep_idle(gateway: Gateway) -> tuple[float, int]:
 
 
 async def measure(url: str, locks: LockBackend, sessions: int, rounds: int, data_dir: Path, *,
-                  with_sweep: bool = True) -> dict[str, float]:
+                  with_sweep: bool = True, redis: str | None = None) -> dict[str, float]:
     """Latency percentiles (ms), throughput (messages/s) and, optionally, the idle sweep on one database."""
     await upgrade_database(url)
-    gateway, _ = await _gateway(url, locks, data_dir)
+    gateway, _ = await _gateway(url, locks, data_dir, redis)
     try:
         samples = await _latency(gateway, sessions, rounds)
         rate = await _throughput(gateway, sessions, rounds)
@@ -173,8 +176,9 @@ async def measure(url: str, locks: LockBackend, sessions: int, rounds: int, data
             "sweep_hits": candidates}
 
 
-async def _one(label: str, url: str, locks: LockBackend, sessions: int, rounds: int, data_dir: Path) -> bool:
-    figures = await measure(url, locks, sessions, rounds, data_dir)
+async def _one(label: str, url: str, locks: LockBackend, sessions: int, rounds: int, data_dir: Path,
+               redis: str | None = None) -> bool:
+    figures = await measure(url, locks, sessions, rounds, data_dir, redis=redis)
     p50, p99, swept_s = figures["p50_ms"], figures["p99_ms"], figures["sweep_s"]
     print(f"{label:<22}{figures['messages']:>7,.0f}{p50:>9.2f}{p99:>9.2f}{figures['mean_ms']:>9.2f}"
           f"{figures['msgs_per_s']:>12,.0f}{swept_s * 1e3:>11.1f}{figures['sweep_hits']:>6.0f}")
@@ -193,7 +197,7 @@ async def run(postgres: str | None, redis: str | None, sessions: int, rounds: in
         if postgres and redis:
             async with scratch_postgres(postgres, "concord_bench_gw") as url:
                 locks = RedisLocks.from_url(redis, prefix=f"concord:bench:{uuid.uuid4().hex[:8]}:")
-                await _one("postgresql + redis", url, locks, sessions, rounds, Path(tmp))
+                await _one("postgresql + redis", url, locks, sessions, rounds, Path(tmp), redis)
         else:
             print("postgresql + redis: skipped (pass --postgres and --redis, or set CONCORD_BENCH_* URLs)")
     return 0 if ok else 1

@@ -29,16 +29,21 @@ from agent.llm.base import Provider
 from agent.llm.models import build_provider, build_provider_from_spec, context_length_for, resolve_auxiliary
 from agent.memory import FileMemoryProvider, MemoryProvider
 from agent.tokens import get_counter
+from gateway.arrivals import ArrivalOrder, InProcessOrder, RedisArrivalOrder
+from gateway.claims import Claims, InProcessClaims, RedisClaims
 from gateway.commands import StatusFigures, status_figures
 from gateway.config import Settings
 from gateway.data_dir import ensure_data_dir, hold_sqlite_lock, sqlite_path
+from gateway.delivery import Deliveries
+from gateway.health import HealthServer, ReadinessCheck
 from gateway.heartbeat import beat
 from gateway.keys import SessionKey
+from gateway.lease import Lease, RedisLease, SoleLease
 from gateway.limit_backends import InProcessLimits, LimitBackend, RedisLimits
-from gateway.locks import InProcessLocks, LockBackend, RedisLocks
+from gateway.locks import InProcessLocks, LockBackend, RedisLocks, fail_fast_client
 from gateway.metrics import MeteredProvider, Metrics
 from gateway.router import Router
-from gateway.runtime import Runtime, utc_now
+from gateway.runtime import Runtime, default_worker_id, utc_now
 from gateway.scheduler import GatewayScheduler
 from gateway.session import SessionManager
 from gateway.store import Store
@@ -155,17 +160,33 @@ async def _open_store(settings: Settings) -> Store:
     return await Store.open(settings.storage.url)
 
 
-def _locks(settings: Settings) -> LockBackend:
+def _locks(settings: Settings, metrics: Metrics) -> LockBackend:
     url = _secret(settings.redis.url)
     if url:
-        return RedisLocks.from_url(url, turn_ttl=settings.redis.lock_timeout_seconds,
-                                   compression_ttl=settings.redis.lock_timeout_seconds)
+        return RedisLocks.from_url(url, prefix=f"{settings.redis.key_prefix}lock:",
+                                   turn_ttl=settings.redis.lock_timeout_seconds,
+                                   compression_ttl=settings.redis.lock_timeout_seconds,
+                                   on_error=metrics.record_lock_error)
     return InProcessLocks()
+
+
+def _coordination(settings: Settings, metrics: Metrics) -> tuple[Claims, ArrivalOrder, Any]:
+    """Inbound de-dup, job-slot claims and arrival tickets: in Redis (shared by every worker) when configured,
+    with the client they use; in-process otherwise."""
+    url = _secret(settings.redis.url)
+    if not url:
+        return InProcessClaims(), InProcessOrder(), None
+    client = fail_fast_client(url)
+    # A ticket nobody handled for a lock's lifetime belonged to a worker that died.
+    prefix = settings.redis.key_prefix
+    order = RedisArrivalOrder(client, stale_after_s=settings.redis.lock_timeout_seconds, prefix=f"{prefix}order:",
+                              on_error=metrics.record_lock_error)
+    return RedisClaims(client, prefix=f"{prefix}claim:", on_error=metrics.record_lock_error), order, client
 
 
 def _limits(settings: Settings) -> LimitBackend:
     url = _secret(settings.redis.url)
-    return RedisLimits.from_url(url) if url else InProcessLimits()
+    return RedisLimits.from_url(url, prefix=f"{settings.redis.key_prefix}limits:") if url else InProcessLimits()
 
 
 async def build_runtime(settings: Settings, *, provider: Provider | None = None, store: Store | None = None,
@@ -175,15 +196,17 @@ async def build_runtime(settings: Settings, *, provider: Provider | None = None,
     provider = provider or main_provider_for(settings)
     summary_provider = summary_provider or summary_provider_for(settings, provider)
     metrics = Metrics()
+    claims, arrivals, redis = _coordination(settings, metrics)
     # The engine's calls are summaries (its main provider is only a fallback for them): metered here, since
     # only the agent loop's own calls arrive as llm:response events.
     new_engine = _engine_factory(settings, MeteredProvider(provider, metrics),
                                  MeteredProvider(summary_provider, metrics))
     return Runtime(
-        settings=settings, store=store or await _open_store(settings), locks=locks or _locks(settings),
+        settings=settings, store=store or await _open_store(settings), locks=locks or _locks(settings, metrics),
         provider=provider, counter=get_counter(settings.llm.encoding),
         new_engine=new_engine, new_memory=_memory_factory(settings),
         model=settings.llm.model, engine_name=settings.context.engine, clock=clock, metrics=metrics,
+        claims=claims, arrivals=arrivals, redis=redis, worker_id=settings.gateway.worker_id or default_worker_id(),
         limits=limits or _limits(settings),
     )
 
@@ -199,7 +222,8 @@ def build_adapters(settings: Settings) -> list[Adapter]:
         adapters.append(DiscordAdapter(DiscordSettings(
             token=discord_token, allow_bots=d.allow_bots, admin_role_ids=tuple(int(i) for i in d.admin_role_ids),
             admin_role_names=tuple(d.admin_role_names), slash_commands=d.slash_commands, streaming=d.streaming,
-            max_image_bytes=d.max_image_bytes, drain_seconds=d.drain_seconds)))
+            max_image_bytes=d.max_image_bytes, drain_seconds=d.drain_seconds,
+            shard_count=d.shard_count, shard_ids=tuple(d.shard_ids))))
     telegram_token = _secret(settings.telegram.token)
     if telegram_token:
         from adapters.telegram_adapter import TelegramAdapter, TelegramSettings
@@ -210,7 +234,9 @@ def build_adapters(settings: Settings) -> list[Adapter]:
             webhook_listen=t.webhook_listen, webhook_port=t.webhook_port, webhook_path=t.webhook_path,
             webhook_secret=_secret(t.webhook_secret), check_chat_admins=t.check_chat_admins,
             admin_cache_seconds=t.admin_cache_seconds, drain_seconds=t.drain_seconds, parse_mode=t.parse_mode,
-            streaming=t.streaming)))
+            streaming=t.streaming,
+            # With Redis several workers may run: only the holder of the polling lease polls.
+            poll_on_start=not (t.mode == "polling" and _secret(settings.redis.url)))))
     if not adapters:
         adapters.append(ConsoleAdapter(bot_name=settings.gateway.bot_name,
                                        history_path=settings.storage.data_dir / "console_history"))
@@ -226,20 +252,35 @@ class Gateway:
     sessions: SessionManager = field(init=False)
     router: Router = field(init=False)
     scheduler: GatewayScheduler = field(init=False)
+    deliveries: Deliveries = field(init=False)
+    health: HealthServer | None = field(init=False, default=None)
     _started: list[Adapter] = field(init=False, default_factory=list)
+    _tasks: list[asyncio.Task[None]] = field(init=False, default_factory=list)
     _closed: bool = field(init=False, default=False)
     _heartbeat: asyncio.Task[None] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
+        settings = self.rt.settings
         self.sessions = SessionManager(self.rt)
-        self.router = Router(self.sessions)
-        gw = self.rt.settings.gateway
+        self.deliveries = Deliveries(
+            self.rt.store, self.rt.metrics, self.rt.worker_id, resend_after_s=settings.delivery.resend_after_seconds,
+            freshness_s=settings.delivery.freshness_seconds, clock=self.rt.clock)
+        self.router = Router(self.sessions, deliveries=self.deliveries)
+        gw = settings.gateway
         self.scheduler = GatewayScheduler(
             expire_idle=partial(expire_idle, self.sessions), sweep=partial(sweep, self.sessions),
-            idle_expiry_minutes=gw.idle_expiry_minutes, sweep_cron=gw.sweep_cron)
+            idle_expiry_minutes=gw.idle_expiry_minutes, sweep_cron=gw.sweep_cron,
+            recover_deliveries=self.recover_deliveries,
+            recovery_seconds=min(60.0, max(1.0, settings.delivery.resend_after_seconds / 2)), claims=self.rt.claims)
+        port = settings.metrics.port
+        if port is not None:
+            self.health = HealthServer(self.rt.metrics.instruments.registry, self._readiness_checks(),
+                                       listen=settings.metrics.listen, port=port)
 
     async def start(self) -> None:
-        """Start the scheduler and connect every adapter."""
+        """Serve health checks, start the scheduler, connect every adapter, then resend what a crash left."""
+        if self.health is not None:
+            await self.health.start()
         self.scheduler.start()
         heartbeat = self.rt.settings.gateway.heartbeat_file
         if heartbeat is not None:
@@ -250,6 +291,39 @@ class Gateway:
             await adapter.start(partial(self.router.handle, adapter=adapter))
             self._started.append(adapter)
             log.info("adapter %s started", adapter.name)
+            lease = self._polling_lease(adapter)
+            if lease is not None:
+                self._tasks.append(asyncio.create_task(
+                    lease.hold(adapter.start_polling, adapter.stop_polling),  # type: ignore[attr-defined]
+                    name=f"lease:{adapter.name}"))
+        await self.recover_deliveries()
+
+    async def recover_deliveries(self) -> None:
+        """Send once more the answers a crashed worker stored but never had confirmed (logged, never raises)."""
+        try:
+            await self.deliveries.recover({a.name: a for a in self._started})
+        except Exception as exc:
+            log.warning("delivery recovery failed (%s); it runs again on schedule", type(exc).__name__)
+
+    def _polling_lease(self, adapter: Adapter) -> Lease | None:
+        """The lease a polling Telegram adapter polls under when several workers may run."""
+        settings = getattr(adapter, "settings", None)
+        if getattr(settings, "poll_on_start", True) or not hasattr(adapter, "start_polling"):
+            return None
+        if self.rt.redis is None:
+            return SoleLease()
+        return RedisLease(self.rt.redis, f"{self.rt.settings.redis.key_prefix}lease:{adapter.name}-polling",
+                          holder=self.rt.worker_id,
+                          ttl_s=self.rt.settings.telegram.polling_lease_seconds,
+                          on_error=self.rt.metrics.record_lock_error)
+
+    def _readiness_checks(self) -> list[ReadinessCheck]:
+        checks = [ReadinessCheck("database", self.rt.store.ping)]
+        if self.rt.redis is not None:
+            checks.append(ReadinessCheck("redis", self.rt.claims.ping))
+        for adapter in self.adapters:
+            checks.append(ReadinessCheck(f"adapter:{adapter.name}", partial(_connected, adapter)))
+        return checks
 
     async def wait_closed(self) -> None:
         """Return when the console's input has ended (platform adapters run until a signal)."""
@@ -275,11 +349,20 @@ class Gateway:
                 await adapter.stop_receiving()
             except Exception:
                 log.warning("adapter %s: stop_receiving failed", adapter.name, exc_info=True)
+        for task in self._tasks:  # polling has stopped: release the lease so another worker takes over now
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.router.aclose(grace_seconds)
         for adapter in reversed(self._started):
             with contextlib.suppress(Exception):
                 await adapter.stop()
+        if self.health is not None:
+            await self.health.aclose()
         await _close_runtime(self.rt)
+
+
+async def _connected(adapter: Adapter) -> bool:
+    return adapter.connected
 
 
 async def run_gateway(settings: Settings) -> int:
@@ -305,6 +388,7 @@ async def run_gateway(settings: Settings) -> int:
 async def _close_runtime(rt: Runtime) -> None:
     await rt.provider.aclose()
     await rt.locks.aclose()
+    await rt.claims.aclose()
     await rt.limits.aclose()
     await rt.store.aclose()
 
@@ -370,6 +454,7 @@ async def session_status(settings: Settings, store: Store, session_id: str) -> S
     finally:
         await rt.provider.aclose()
         await rt.limits.aclose()  # the store is the caller's
+        await rt.claims.aclose()
 
 
 class _NoProvider(Provider):

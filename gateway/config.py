@@ -196,6 +196,10 @@ class GatewaySettings(BaseModel):
     # ones are answered "unavailable".
     held_messages_per_session: int = Field(default=500, ge=1, le=100_000)
     bot_name: str = "Concord"
+    # Names this worker in the delivery ledger and logs; unset: <hostname>:<pid>.
+    worker_id: str | None = Field(default=None, min_length=1, max_length=128)
+    # How long a handled inbound id (Telegram update, Discord message) is remembered to drop redeliveries.
+    dedupe_ttl_seconds: float = Field(default=172_800.0, gt=0)
     # The persona: text, or @path to a file holding it; {bot_name} and {platform} are filled in. Unset: the
     # built-in one. Admins can override it per chat with /persona.
     system_prompt: str | None = None
@@ -259,6 +263,30 @@ class GatewaySettings(BaseModel):
         return value
 
 
+class DeliverySettings(BaseModel):
+    """The delivery ledger: answers are stored before they are sent and sent again, once, after a crash."""
+
+    model_config = _Section
+    # An answer still unconfirmed this long after it was stored is presumed lost with its worker: resent once.
+    resend_after_seconds: float = Field(default=120.0, gt=0)
+    # Unconfirmed answers older than this are not sent any more (marked expired).
+    freshness_seconds: float = Field(default=3600.0, gt=0)
+
+    @model_validator(mode="after")
+    def _window(self) -> DeliverySettings:
+        if self.freshness_seconds <= self.resend_after_seconds:
+            raise ValueError("delivery.freshness_seconds must be longer than delivery.resend_after_seconds")
+        return self
+
+
+class MetricsSettings(BaseModel):
+    """Prometheus /metrics plus /healthz and /readyz on one HTTP port (off when ``port`` is unset)."""
+
+    model_config = _Section
+    port: int | None = Field(default=None, ge=0, lt=65536)
+    listen: str = "127.0.0.1"
+
+
 class StorageSettings(BaseModel):
     """Where sessions and messages live (R-S1)."""
 
@@ -285,6 +313,8 @@ class RedisSettings(BaseModel):
     model_config = _Section
     url: SecretStr | None = None
     lock_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
+    # Every key Concord writes starts with this: two deployments on one Redis database need different ones.
+    key_prefix: str = Field(default="concord:", min_length=1, max_length=64, pattern=r"^[^\s]+$")
 
     @field_validator("url")
     @classmethod
@@ -303,6 +333,9 @@ class DiscordSettings(BaseModel):
     admin_role_ids: CsvList = []
     admin_role_names: CsvList = []
     slash_commands: bool = False
+    # Sharding over several workers: the total shard count, and the shards this worker runs (unset: all).
+    shard_count: int | None = Field(default=None, ge=1)
+    shard_ids: Annotated[list[int], NoDecode] = []
     max_image_bytes: int = Field(default=5_000_000, ge=1024, le=100_000_000)
     drain_seconds: float = Field(default=30.0, ge=0, le=600)
     # Access control: only these guilds (servers) are served, and with allow_role_ids only members holding one
@@ -312,8 +345,19 @@ class DiscordSettings(BaseModel):
     # Answers grow in one edited message (false: one message when the answer is complete).
     streaming: bool = True
 
-    _split = field_validator("admin_role_ids", "admin_role_names", "allow_guilds", "allow_role_ids",
+    _split = field_validator("admin_role_ids", "admin_role_names", "allow_guilds", "allow_role_ids", "shard_ids",
                              mode="before")(_split_csv)
+
+    @model_validator(mode="after")
+    def _shards(self) -> DiscordSettings:
+        if self.shard_ids and self.shard_count is None:
+            raise ValueError("discord.shard_ids needs discord.shard_count")
+        bad = [i for i in self.shard_ids if not 0 <= i < (self.shard_count or 0)]
+        if bad:
+            raise ValueError(f"discord.shard_ids {bad} outside 0..{(self.shard_count or 1) - 1}")
+        if len(set(self.shard_ids)) != len(self.shard_ids):
+            raise ValueError("discord.shard_ids lists a shard twice")
+        return self
 
     @field_validator("admin_role_ids")
     @classmethod
@@ -342,6 +386,8 @@ class TelegramSettings(BaseModel):
     admin_cache_seconds: float = Field(default=60.0, ge=0, le=86_400)
     drain_seconds: float = Field(default=30.0, ge=0, le=600)
     parse_mode: Literal["html", "plain"] = "html"
+    # Polling with Redis: one worker polls, holding a lease this long (renewed); another takes over after it.
+    polling_lease_seconds: float = Field(default=15.0, ge=1)
     # Answers grow in one edited message (false: one message when the answer is complete).
     streaming: bool = True
 
@@ -408,6 +454,8 @@ class Settings(BaseSettings):
     gateway: GatewaySettings = GatewaySettings()
     storage: StorageSettings = StorageSettings()
     redis: RedisSettings = RedisSettings()
+    delivery: DeliverySettings = DeliverySettings()
+    metrics: MetricsSettings = MetricsSettings()
     discord: DiscordSettings = DiscordSettings()
     telegram: TelegramSettings = TelegramSettings()
     memory: MemorySettings = MemorySettings()

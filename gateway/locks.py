@@ -25,7 +25,7 @@ import logging
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -131,8 +131,11 @@ class RedisLocks(LockBackend):
 
     def __init__(self, client: Redis, *, prefix: str = "concord:lock:", turn_ttl: float = 30.0,
                  compression_ttl: float = 60.0, poll_interval: float = 0.05, max_wait: float | None = None,
-                 wait_note_s: float = 5.0, cleanup_interval: float = 0.25) -> None:
+                 wait_note_s: float = 5.0, cleanup_interval: float = 0.25,
+                 on_error: Callable[[str], None] | None = None) -> None:
         self._client = client
+        # Hears each failed Redis call by operation (acquire, renew, release, lost): the metrics' lock errors.
+        self._on_error = on_error or (lambda operation: None)
         self._prefix = prefix
         self._turn_ttl = turn_ttl
         self._compression_ttl = compression_ttl
@@ -150,10 +153,11 @@ class RedisLocks(LockBackend):
 
     @classmethod
     def from_url(cls, url: str, *, prefix: str = "concord:lock:", turn_ttl: float = 30.0,
-                 compression_ttl: float = 60.0, max_wait: float | None = None) -> RedisLocks:
+                 compression_ttl: float = 60.0, max_wait: float | None = None,
+                 on_error: Callable[[str], None] | None = None) -> RedisLocks:
         """Locks over a fail-fast client for ``url`` (``redis://host:port/db``)."""
         return cls(fail_fast_client(url), prefix=prefix, turn_ttl=turn_ttl, compression_ttl=compression_ttl,
-                   max_wait=max_wait)
+                   max_wait=max_wait, on_error=on_error)
 
     @property
     def orphans(self) -> int:
@@ -197,6 +201,7 @@ class RedisLocks(LockBackend):
                 # The request may still reach Redis (a hung server executes it when resumed): remember it, so
                 # the key is deleted by its token instead of blocking the session until it expires.
                 self._orphan(held, ttl)
+                self._on_error("acquire")
                 self._warn.warning(f"unavailable:{what}:{type(exc).__name__}", "lock backend unavailable (%s): %s "
                                    "for session %s; %s", describe_cause(exc), what, held.session_id, fallback)
                 return None
@@ -230,10 +235,12 @@ class RedisLocks(LockBackend):
             try:
                 owned = await self._renew(keys=[held.key], args=[held.token, max(1, int(ttl * 1000))])
             except RedisError as exc:
+                self._on_error("renew")
                 self._warn.warning(f"renew:{type(exc).__name__}", "could not renew lock %s for session %s (%s); "
                                    "retrying", held.key, held.session_id, describe_cause(exc))
                 continue
             if not owned:
+                self._on_error("lost")
                 self._warn.warning("lost", "lock %s for session %s expired or was lost while held (Redis "
                                    "restarted or stalled); work may overlap, proceeding", held.key,
                                    held.session_id)
@@ -244,11 +251,13 @@ class RedisLocks(LockBackend):
             released = await self._release_script(keys=[held.key], args=[held.token])
         except RedisError as exc:
             self._orphan(held, ttl)
+            self._on_error("release")
             self._warn.warning(f"release:{type(exc).__name__}", "could not release lock %s for session %s (%s); "
                                "it is deleted as soon as Redis answers", held.key, held.session_id,
                                describe_cause(exc))
             return
         if not released:
+            self._on_error("lost")
             self._warn.warning("lost-before-release", "lock %s for session %s was lost before release (expired "
                                "or Redis restarted)", held.key, held.session_id)
 

@@ -29,6 +29,7 @@ from agent.events import (
 )
 from agent.llm.base import Completion, Provider, TextProgress, Usage
 from agent.llm.errors import LLMError
+from gateway.instruments import Instruments, trigger_of
 
 __all__ = [
     "EVENT_COMPRESS_ABORTED",
@@ -49,6 +50,8 @@ EVENT_COMPRESS_ABORTED = "session:compress_aborted"
 KIND_SWEEP = "sweep"
 KIND_OTHER = "other"
 TURN_WINDOW = 1_000
+# Distinct model names kept as labels; a server answering with ever-new model strings shares "other".
+MAX_MODEL_LABELS = 16
 
 # Stored compaction reasons (gateway.hygiene, gateway.commands, the loop's triggers) → the kinds /stats shows.
 _KINDS: dict[str, str] = {
@@ -93,7 +96,11 @@ class CompressionTally:
 
 
 class Metrics:
-    """Counters since process start; call it with an `AgentEvent` to record one."""
+    """Counters since process start; call it with an `AgentEvent` to record one.
+
+    The same calls feed ``instruments`` (Prometheus, served at ``/metrics`` when ``metrics.port`` is set);
+    the plain counters are what /stats shows.
+    """
 
     def __init__(self, *, window: int = TURN_WINDOW, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
@@ -111,26 +118,55 @@ class Metrics:
         self.tool_calls = 0
         self.tool_failures = 0
         self.compressions: dict[str, CompressionTally] = {}
+        self.instruments = Instruments()
+        self._models: set[str] = set()
 
     # --- what the gateway reports directly --------------------------------------------------------------
 
-    def record_message(self) -> None:
+    def record_message(self, platform: str = "console") -> None:
         """One inbound message reached its session's queue."""
         self.messages += 1
+        self.instruments.messages_in.labels(platform).inc()
+
+    def record_sent(self, platform: str) -> None:
+        """The platform confirmed one reply."""
+        self.instruments.messages_out.labels(platform).inc()
+
+    def record_duplicate(self, platform: str) -> None:
+        """An inbound message was dropped because it had been handled already (here or by another worker)."""
+        self.instruments.duplicates.labels(platform).inc()
 
     def record_turn(self, seconds: float, *, failed: bool) -> None:
         """One agent turn (hygiene included) took ``seconds``; ``failed``: it raised or ended on an error."""
         self.turns += 1
         self.turn_failures += failed
         self.turn_seconds.append(seconds)
+        self.instruments.turns.labels("failed" if failed else "ok").observe(seconds)
 
-    def record_summary_call(self, usage: Usage | None) -> None:
-        """One call by the context engine; ``usage`` None when it failed."""
+    def record_summary_call(self, usage: Usage | None, *, model: str = "", seconds: float | None = None,
+                            error: str | None = None) -> None:
+        """One call by the context engine; ``usage`` None when it failed (``error``: the error's kind)."""
         self.summary_calls += 1
+        label = self._model_label(model)
+        if seconds is not None:
+            self.instruments.llm_seconds.labels(label, "summary").observe(seconds)
         if usage is None:
             self.summary_failures += 1
+            self.instruments.summary_failures.labels(error or "unknown").inc()
         else:
-            self._add_usage(usage)
+            self._add_usage(usage, label, "summary")
+
+    def record_lock_wait(self, seconds: float) -> None:
+        """A turn waited ``seconds`` for its session's lock."""
+        self.instruments.lock_wait.observe(seconds)
+
+    def record_lock_error(self, operation: str) -> None:
+        """The lock backend failed one ``operation`` (acquire, renew, release)."""
+        self.instruments.lock_errors.labels(operation).inc()
+
+    def record_redelivery(self, outcome: str) -> None:
+        """The delivery ledger sent a stored answer again (``outcome``: sent or failed)."""
+        self.instruments.redelivered.labels(outcome).inc()
 
     @property
     def llm_calls(self) -> int:
@@ -166,9 +202,13 @@ class Metrics:
         data = event.data
         if event.kind == EVENT_LLM_RESPONSE:
             self.agent_llm_calls += 1
+            model = self._model_label(str(data.get("model") or ""))
+            seconds = data.get("seconds")
+            if isinstance(seconds, int | float):
+                self.instruments.llm_seconds.labels(model, "agent").observe(seconds)
             usage = data.get("usage")
             if isinstance(usage, Usage):
-                self._add_usage(usage)
+                self._add_usage(usage, model, "agent")
         elif event.kind == EVENT_TOOL_RESULT:
             self.tool_calls += 1
             self.tool_failures += not data.get("ok", False)
@@ -181,10 +221,22 @@ class Metrics:
             reason = str(data.get("reason") or "")
             self._aborted(event.session_id, kind or compression_kind(reason), reason)
 
-    def _add_usage(self, usage: Usage) -> None:
+    def _add_usage(self, usage: Usage, model: str, purpose: str) -> None:
         self.prompt_tokens += usage.prompt_tokens
         self.completion_tokens += usage.completion_tokens
         self.cache_read_tokens += usage.cache_read_tokens
+        tokens = self.instruments.tokens
+        for kind, count in (("prompt", usage.prompt_tokens), ("completion", usage.completion_tokens),
+                            ("cache_read", usage.cache_read_tokens), ("cache_write", usage.cache_write_tokens)):
+            if count:
+                tokens.labels(model, purpose, kind).inc(count)
+
+    def _model_label(self, model: str) -> str:
+        model = model or "unknown"
+        if model in self._models or len(self._models) < MAX_MODEL_LABELS:
+            self._models.add(model)
+            return model
+        return "other"
 
     def _tally(self, kind: str) -> CompressionTally:
         return self.compressions.setdefault(kind, CompressionTally())
@@ -195,6 +247,12 @@ class Metrics:
         tally.static += result.summary_kind == "static"
         tally.tokens_saved += max(0, result.tokens_before - result.tokens_after)
         tally.savings_sum += result.savings_pct
+        trigger = trigger_of(kind)
+        self.instruments.compressions.labels(trigger).inc()
+        self.instruments.tokens_saved.labels(trigger).inc(max(0, result.tokens_before - result.tokens_after))
+        self.instruments.savings.labels(trigger).observe(max(0.0, min(1.0, result.savings_pct)))
+        if result.summary_kind == "static":
+            self.instruments.static_fallbacks.labels(trigger).inc()
         _log_compression(session, kind, reason, {
             "messages_before": result.messages_before, "messages_after": result.messages_after,
             "tokens_before": result.tokens_before, "tokens_after": result.tokens_after,
@@ -203,6 +261,7 @@ class Metrics:
 
     def _aborted(self, session: str, kind: str, reason: str) -> None:
         self._tally(kind).aborted += 1
+        self.instruments.aborted.labels(trigger_of(kind)).inc()
         _log_compression(session, kind, reason, {"aborted": True})
 
 
@@ -253,13 +312,16 @@ class MeteredProvider(Provider):
         temperature: float | None = None,
         on_text: TextProgress | None = None,
     ) -> Completion:
-        """Delegate to the inner provider, counting the call and its usage (or its failure)."""
+        """Delegate to the inner provider, counting the call, its time and usage (or its failure)."""
+        started = time.perf_counter()
         try:
             completion = await self.inner.complete(messages, system=system, tools=tools, max_tokens=max_tokens,
                                                    model=model, stream=stream, temperature=temperature,
                                                    on_text=on_text)
-        except LLMError:
-            self.metrics.record_summary_call(None)
+        except LLMError as exc:
+            self.metrics.record_summary_call(None, model=model or self.model, seconds=time.perf_counter() - started,
+                                             error=type(exc).__name__)
             raise
-        self.metrics.record_summary_call(completion.usage)
+        self.metrics.record_summary_call(completion.usage, model=completion.model or model or self.model,
+                                         seconds=time.perf_counter() - started)
         return completion

@@ -46,6 +46,11 @@ class SessionQueues(Generic[K, T]):
         """How many sessions have work queued or running."""
         return len(self._lanes)
 
+    @property
+    def depth(self) -> int:
+        """Items queued or running, over every session."""
+        return sum(len(lane.items) for lane in self._lanes.values())
+
     def pending(self, key: K) -> int:
         """Items of ``key`` waiting behind the one being processed."""
         lane = self._lanes.get(key)

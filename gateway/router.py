@@ -1,13 +1,15 @@
 """The message path (R-G2, R-G4), readable top to bottom:
 
-    inbound ─▶ dedupe ─▶ access (ignore / refuse / pairing code) ─▶ session key
+    inbound ─▶ access (ignore / refuse / pairing code) ─▶ session key
             ─▶ /stop? cancel the running turn, stop
             ─▶ unaddressed group line? observe: batch it into the session (gateway.observe), stop
             ─▶ busy mode (interrupt the sender's turn / collect a burst) ─▶ queue depth cap
-            ─▶ per-session FIFO ─▶ turn lock ─▶ load session (+ the group's pending lines)
+            ─▶ arrival ticket ─▶ per-session FIFO ─▶ turn lock (and the ticket's turn)
+            ─▶ handled before? drop (de-dup) ─▶ load session (+ the group's pending lines)
             ─▶ command? run it                                            ┐
             ─▶ else rate limits / budgets ─▶ hygiene (R-G3) ─▶ agent turn  ├─ persist (inside)
-            ─▶ release lock ─▶ send the reply (or finish the live one)    ┘
+            ─▶ store the reply (delivery ledger) ─▶ mark the inbound id handled
+            ─▶ release lock ─▶ send the reply (or finish the live one) ─▶ mark it sent
 
 In groups the bot answers only when mentioned, replied to or commanded (in a free-response chat, always).
 Refusals are quiet in groups and one short line in a DM; a message over a rate limit or budget gets one notice
@@ -20,6 +22,12 @@ When the database is down, a message that meets the outage is held — it stays 
 and is retried with backoff (outside the turn lock) until storage is back, then answered; the session's later
 messages wait behind it in order. Past ``gateway.held_messages_per_session`` waiting messages, the next ones
 are answered plainly that the bot is unavailable instead of being queued without bound.
+
+De-duplication happens under the session's turn lock: two deliveries of one message (a Telegram update sent
+to two workers, a redelivery after a restart) belong to one session, so the second waits for the first and
+then finds its id marked handled (in Redis, shared by all workers, or in-process). A worker that dies
+mid-turn never marks the id, so a redelivery to another worker is handled there. With several workers the
+arrival ticket (`gateway.arrivals`) keeps a session's messages in the order the workers received them.
 """
 
 from __future__ import annotations
@@ -32,15 +40,17 @@ from collections import Counter, OrderedDict, deque
 from datetime import timedelta
 from typing import Any
 
-from adapters.base import Adapter, Inbound
+from adapters.base import Adapter, Inbound, Outbound
 from agent.events import EventSink, Notice
 from agent.memory import Author
 from agent.turn import StopReason, TurnResult
 from gateway.access import AccessPolicy, Verdict, user_ref
+from gateway.arrivals import Turn
 from gateway.busy import Batch, RunningTurn, RunningTurns
 from gateway.commands import Command, CommandContext, is_admin, is_operator, run_command, stop_command
 from gateway.compaction import run_hygiene
 from gateway.continuity import with_note
+from gateway.delivery import Deliveries
 from gateway.durability import backoff_delay, is_storage_outage
 from gateway.keys import SessionKey, session_key
 from gateway.limits import RateLimiter
@@ -68,6 +78,8 @@ PAIRING_TEXT = ("This bot answers people an admin approved. Your pairing code is
 QUEUE_FULL = "⏳ {waiting} messages are already waiting here; send this again once they are answered."
 STOPPED_TEXT = "⏹️ Stopped."
 INTERRUPTED_BY_NEW_TEXT = "⏹️ Interrupted by a newer message."
+# How soon a worker holding a later ticket of a session asks again for the turn.
+TURN_POLL_S = 0.02
 UNAVAILABLE_TEXT = ("⚠️ I'm unavailable right now (my storage is down) and cannot keep more messages. "
                     "Please send this again in a few minutes.")
 
@@ -106,17 +118,20 @@ class Router:
     """Routes inbound messages from every adapter through the chain above."""
 
     def __init__(self, sessions: SessionManager, *, events: EventSink | None = None,
-                 dedupe_size: int = 4096) -> None:
+                 deliveries: Deliveries | None = None) -> None:
         self.sessions = sessions
-        self.settings = sessions.rt.settings
-        self.metrics = sessions.rt.metrics
+        rt = sessions.rt
+        self.settings = rt.settings
+        self.metrics = rt.metrics
         # The runtime's metrics always listen; a sink given here hears every event too.
         self.events: EventSink = self.metrics if events is None else fan_out(self.metrics, events)
         self.context = GroupContext(self.settings.gateway.group_context_limit)
-        self._queues: SessionQueues[SessionKey, tuple[Inbound | Batch, Adapter]] = SessionQueues(self._process_logged)
-        self._seen: OrderedDict[tuple[str, str, str | None, str], None] = OrderedDict()
-        self._dedupe_size = dedupe_size
-        rt = sessions.rt
+        self.deliveries = deliveries or Deliveries(
+            rt.store, rt.metrics, rt.worker_id, resend_after_s=self.settings.delivery.resend_after_seconds,
+            freshness_s=self.settings.delivery.freshness_seconds, clock=rt.clock)
+        self._queues: SessionQueues[SessionKey, tuple[Inbound | Batch, Adapter, Turn]] = \
+            SessionQueues(self._process_logged)
+        self.metrics.instruments.watch_queue(lambda: self._queues.depth)
         self.access = AccessPolicy.from_settings(self.settings)
         self.limiter = RateLimiter(self.settings.limits, rt.limits, rt.clock)
         self.pairing = (Pairing(rt.store.chat_settings, timedelta(minutes=self.settings.gateway.pairing_code_minutes),
@@ -131,13 +146,6 @@ class Router:
 
     async def handle(self, inbound: Inbound, adapter: Adapter) -> None:
         """Take one inbound message; returns once it has been handled (queued behind its session's earlier ones)."""
-        ident = (inbound.platform, inbound.chat_id, inbound.thread_id, inbound.message_id)
-        if ident in self._seen:
-            log.info("duplicate delivery of %s ignored", ident)
-            return
-        self._seen[ident] = None
-        if len(self._seen) > self._dedupe_size:
-            self._seen.popitem(last=False)
         admin = is_admin(inbound.platform, inbound.user_id, self.settings.gateway.admins, inbound.is_admin_hint)
         if not await self._admitted(inbound, adapter, admin):
             return
@@ -153,18 +161,21 @@ class Router:
             return
         addressed = _addressed_anywhere(inbound)
         if not addressed and self.observing and key.is_group:
-            self.observer.add(key, _observed_line(inbound), inbound.user_id)  # batched, no lock per line
+            # Batched, no lock per line: a line is kept once, by whichever worker claims its id first.
+            if await self.sessions.rt.claims.claim(_handled_key(inbound), self.settings.gateway.dedupe_ttl_seconds):
+                self.observer.add(key, _observed_line(inbound), inbound.user_id)
+            else:
+                self.metrics.record_duplicate(inbound.platform)
             return
         storage = self.sessions.rt.storage
         if storage.down and self._queues.pending(key) >= self.settings.gateway.held_messages_per_session:
             storage.throttle.warning("hold-full", "storage unavailable and %d messages already held for %s: "
                                      "answering that the bot is unavailable", self._queues.pending(key), key)
-            del self._seen[ident]  # a redelivery after recovery is a new chance, not a duplicate
             if addressed:
                 await adapter.send(inbound, UNAVAILABLE_TEXT)
             return
         if not addressed:
-            await self._queues.submit(key, (inbound, adapter))
+            await self._enqueue(key, inbound, adapter)
             return
         mode = self.settings.gateway.busy_mode
         if mode == "interrupt" and command is None:
@@ -196,7 +207,7 @@ class Router:
         """Queue an addressed message, unless ``limits.session_queue_depth`` are waiting already (admins and the
         console are exempt): then the sender is told, and nothing is queued."""
         if admin or key.platform == "console":
-            await self._queues.submit(key, (item, adapter))
+            await self._enqueue(key, item, adapter)
             return
         if self._waiting[key] >= self.settings.limits.session_queue_depth:
             inbound = item.first if isinstance(item, Batch) else item
@@ -206,11 +217,16 @@ class Router:
             return
         self._waiting[key] += 1
         try:
-            await self._queues.submit(key, (item, adapter))
+            await self._enqueue(key, item, adapter)
         finally:
             self._waiting[key] -= 1
             if self._waiting[key] <= 0:
                 del self._waiting[key]
+
+    async def _enqueue(self, key: SessionKey, item: Inbound | Batch, adapter: Adapter) -> None:
+        """Draw the arrival ticket, then queue ``item`` behind the session's earlier messages in this worker."""
+        turn = await self.sessions.rt.arrivals.arrive(str(key))
+        await self._queues.submit(key, (item, adapter, turn))
 
     async def _admitted(self, inbound: Inbound, adapter: Adapter, admin: bool) -> bool:
         """Apply the access policy: True to go on; otherwise the refusal (if any is due) was sent."""
@@ -242,39 +258,84 @@ class Router:
         await self._queues.aclose(grace_seconds)
         await self.observer.aclose()
 
-    async def _process_logged(self, key: SessionKey, item: tuple[Inbound | Batch, Adapter]) -> None:
+    async def _process_logged(self, key: SessionKey, item: tuple[Inbound | Batch, Adapter, Turn]) -> None:
         # Every line logged while this message is handled names its session and platform.
         with log_context(session=str(key), platform=key.platform):
             await self._process(key, item)
 
-    async def _process(self, key: SessionKey, item: tuple[Inbound | Batch, Adapter]) -> None:
-        queued, adapter = item
+    async def _process(self, key: SessionKey, item: tuple[Inbound | Batch, Adapter, Turn]) -> None:
+        queued, adapter, turn = item
         inbound = await queued.take(self.settings.gateway.collect_window_seconds) if isinstance(queued, Batch) \
             else queued
-        self.metrics.record_message()
         storage = self.sessions.rt.storage
+        asked = time.perf_counter()
         attempt = 0
         while True:
             try:
-                async with self.sessions.rt.locks.session_turn(str(key)):
-                    replies = await self._chain(key, inbound, adapter)
-                if attempt:
-                    storage.succeeded()
-                break
+                pending = await self._try_turn(key, inbound, adapter, turn, asked)
             except Exception as exc:
                 if not is_storage_outage(exc):
-                    self._failures.error(f"turn:{type(exc).__name__}", "turn failed (%s): message %s in %s was "
-                                         "answered with an apology", describe_cause(exc), inbound.message_id,
-                                         key, exc=exc)
-                    replies = [FAILURE_TEXT]
-                    break
-                # The lane still holds this message, so it counts itself.
+                    raise
+                # Held: the lock is released while storage is down. The lane still holds this message, so it
+                # counts itself.
                 storage.failed(exc, f"message {inbound.message_id} in {key} held "
                                     f"({self._queues.pending(key)} held for the session)")
-            await asyncio.sleep(backoff_delay(attempt))
-            attempt += 1
+                await asyncio.sleep(backoff_delay(attempt))
+                attempt += 1
+                continue
+            if pending is None:
+                await asyncio.sleep(TURN_POLL_S)  # an earlier message of this session is at another worker
+                continue
+            if attempt:
+                storage.succeeded()
+            break
+        for out, delivery_id in pending:
+            await self.deliveries.send(adapter, out, delivery_id)
+
+    async def _try_turn(self, key: SessionKey, inbound: Inbound, adapter: Adapter, turn: Turn,
+                        asked: float) -> list[tuple[Outbound, int | None]] | None:
+        """One try under the turn lock: the answers to send, or None when the session's earlier message (an
+        earlier ticket) is still to be handled by another worker. A storage outage propagates."""
+        rt = self.sessions.rt
+        async with rt.locks.session_turn(str(key)):
+            if not await rt.arrivals.ready(str(key), turn):
+                return None
+            self.metrics.record_lock_wait(time.perf_counter() - asked)
+            try:
+                pending = await self._handle_locked(key, inbound, adapter)
+            except asyncio.CancelledError:
+                await rt.arrivals.served(str(key), turn)  # shutdown gives it up here: later tickets go on
+                raise
+            await rt.arrivals.served(str(key), turn)
+            return pending
+
+    async def _handle_locked(self, key: SessionKey, inbound: Inbound,
+                             adapter: Adapter) -> list[tuple[Outbound, int | None]]:
+        """Everything done under the turn lock: de-dup, the chain, and storing the answers in the ledger."""
+        rt = self.sessions.rt
+        handled = _handled_key(inbound)
+        if await rt.claims.claimed(handled):
+            log.info("duplicate delivery of message %s in %s ignored", inbound.message_id, key)
+            self.metrics.record_duplicate(inbound.platform)
+            return []
+        self.metrics.record_message(inbound.platform)
+        try:
+            replies = await self._chain(key, inbound, adapter)
+        except Exception as exc:
+            if is_storage_outage(exc):
+                raise
+            self._failures.error(f"turn:{type(exc).__name__}", "turn failed (%s): message %s in %s was "
+                                 "answered with an apology", describe_cause(exc), inbound.message_id, key, exc=exc)
+            replies = [FAILURE_TEXT]
+        live = self.sessions.cached(key)
+        pending = []
         for text in replies:
-            await adapter.send(inbound, text)
+            out = Outbound.to(inbound, text)
+            pending.append((out, await self.deliveries.record(out, live.id if live else None)))
+        # Marked only once the answer is stored: a worker dying before this leaves the message to a
+        # redelivery; one dying after leaves the answer to the ledger's recovery.
+        await rt.claims.claim(handled, self.settings.gateway.dedupe_ttl_seconds)
+        return pending
 
     async def _chain(self, key: SessionKey, inbound: Inbound, adapter: Adapter) -> list[str]:
         command = Command.of(inbound)
@@ -320,7 +381,10 @@ class Router:
         answer = _answer_text(result, running)
         if answer is None or stream is None:
             return [answer] if answer else []
+        # A live reply is sent by editing; the ledger still holds the final text until the edit is confirmed.
+        delivery_id = await self.deliveries.record(Outbound.to(inbound, answer), live.id)
         await stream.finish(answer)  # the live reply becomes the exact final text
+        await self.deliveries.confirm(adapter, delivery_id)
         return []
 
     def _user_message(self, key: SessionKey, live: LiveSession, inbound: Inbound) -> dict[str, Any]:
@@ -341,6 +405,11 @@ class Router:
             return {"role": "user", "content": text}
         return {"role": "user", "content": [{"type": "text", "text": text},
                                             *({"type": "image_url", "image_url": {"url": u}} for u in images)]}
+
+
+def _handled_key(inbound: Inbound) -> str:
+    """The de-duplication key of an inbound message: its platform id within its chat (and thread)."""
+    return f"inbound:{inbound.platform}:{inbound.chat_id}:{inbound.thread_id or ''}:{inbound.message_id}"
 
 
 def _observed_line(inbound: Inbound) -> str:

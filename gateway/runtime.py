@@ -5,14 +5,20 @@ Built once by `gateway.app` (the composition root); tests build one around the f
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+
+from redis.asyncio import Redis
 
 from agent.compression.engine import ContextEngine
 from agent.llm.base import Provider
 from agent.memory import MemoryProvider
 from agent.tokens import TokenCounter
+from gateway.arrivals import ArrivalOrder, InProcessOrder
+from gateway.claims import Claims, InProcessClaims
 from gateway.config import Settings
 from gateway.durability import StorageGuard
 from gateway.keys import SessionKey
@@ -21,7 +27,7 @@ from gateway.locks import LockBackend
 from gateway.metrics import Metrics
 from gateway.store import Store
 
-__all__ = ["EngineFactory", "MemoryFactory", "Runtime", "utc_now"]
+__all__ = ["EngineFactory", "MemoryFactory", "Runtime", "default_worker_id", "utc_now"]
 
 EngineFactory = Callable[[], ContextEngine]
 # (session key, the speaker's user id or None for a shared group session) -> memory for that conversation
@@ -31,6 +37,11 @@ MemoryFactory = Callable[[SessionKey, str | None], MemoryProvider]
 def utc_now() -> datetime:
     """The wall clock, timezone-aware."""
     return datetime.now(UTC)
+
+
+def default_worker_id() -> str:
+    """``<hostname>:<pid>``: unique among live workers, readable in the ledger and logs."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 @dataclass(frozen=True)
@@ -49,6 +60,13 @@ class Runtime:
     engine_name: str = "compressor"
     # One per process: the router's, hygiene's, /compress's and the sweep's event sink, and /stats' source.
     metrics: Metrics = field(default_factory=Metrics)
+    # Shared by all workers when Redis is configured: handled inbound ids, scheduled-run slots.
+    claims: Claims = field(default_factory=InProcessClaims)
+    # Arrival tickets per session, so several workers keep a session's order (in-process: the FIFO does).
+    arrivals: ArrivalOrder = field(default_factory=InProcessOrder)
+    # The Redis client behind ``claims`` and the polling lease (None: a single worker, nothing shared).
+    redis: Redis | None = None
+    worker_id: str = field(default_factory=default_worker_id)
     # Rate-limit and token-budget state: Redis when configured (shared by workers), else this process's.
     limits: LimitBackend = field(default_factory=InProcessLimits)
     # One per process: whether the database is down right now, and the retries through an outage.

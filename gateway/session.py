@@ -95,6 +95,10 @@ class SessionManager:
     def __len__(self) -> int:
         return len(self._live)
 
+    def cached(self, key: SessionKey) -> LiveSession | None:
+        """The warm live session of ``key`` (the one its last turn used), or None."""
+        return self._live.get(key)
+
     async def open(self, key: SessionKey, user_id: str | None) -> LiveSession:
         """The chat's open session, fresh from the store (created, with a continuity note, if none is open)."""
         store = self.rt.store

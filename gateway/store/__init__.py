@@ -1,4 +1,5 @@
-"""Session store (R-S1…R-S3): sessions, messages, atomic compaction, rotation, full-text search.
+"""Session store (R-S1…R-S3): sessions, messages, atomic compaction, rotation, full-text search, and the
+delivery ledger.
 
 The public surface is re-exported here; everything else in the package is an implementation detail.
 """
@@ -17,6 +18,7 @@ from gateway.store.records import (
     ActiveSet,
     CompactionInfo,
     CompactionRecord,
+    DeliveryRecord,
     EngineState,
     MessageRecord,
     PinRecord,
@@ -30,6 +32,7 @@ __all__ = [
     "CompactionInfo",
     "CompactionNotFound",
     "CompactionRecord",
+    "DeliveryRecord",
     "EngineState",
     "MessageRecord",
     "PinRecord",

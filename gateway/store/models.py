@@ -25,11 +25,13 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
-__all__ = ["Base", "ChatSettingRow", "CompactionRow", "MessageRow", "PinRow", "SessionRow", "UTCDateTime"]
+__all__ = ["Base", "ChatSettingRow", "CompactionRow", "DeliveryRow", "MessageRow", "PinRow", "SessionRow",
+           "UTCDateTime"]
 
 # SQLite only auto-increments an INTEGER PRIMARY KEY (the rowid alias), which FTS5 also keys on.
 _BigId = BigInteger().with_variant(Integer(), "sqlite")
 _OPEN = text("ended_at IS NULL")
+_PENDING = text("status = 'pending'")
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -140,6 +142,31 @@ class CompactionRow(Base):
     carried: Mapped[int] = mapped_column(Integer)
 
 
+class DeliveryRow(Base):
+    """The delivery ledger: one answer, stored before it is sent and marked sent once the platform confirmed.
+
+    ``status``: pending (stored, not confirmed) → sent; or pending → resending (claimed by one worker for its
+    one resend after a crash) → sent / failed; or pending → expired (too old to be worth sending).
+    """
+
+    __tablename__ = "deliveries"
+
+    id: Mapped[int] = mapped_column(_BigId, primary_key=True, autoincrement=True)
+    session_id: Mapped[str | None] = mapped_column(String(40))
+    platform: Mapped[str] = mapped_column(String(32))
+    chat_id: Mapped[str] = mapped_column(String(255))
+    thread_id: Mapped[str | None] = mapped_column(String(255))
+    reply_to: Mapped[str | None] = mapped_column(String(255))
+    text: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    worker: Mapped[str] = mapped_column(String(128))
+    recovered_by: Mapped[str | None] = mapped_column(String(128))
+
+    __table_args__ = (
+        Index("ix_deliveries_pending", "created_at", sqlite_where=_PENDING, postgresql_where=_PENDING),
+    )
 class ChatSettingRow(Base):
     """A value set through a chat command that must outlive the process: a chat's persona, a paired user."""
 

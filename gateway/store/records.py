@@ -14,6 +14,7 @@ __all__ = [
     "ActiveSet",
     "CompactionInfo",
     "CompactionRecord",
+    "DeliveryRecord",
     "EngineState",
     "MessageRecord",
     "PinRecord",
@@ -176,3 +177,21 @@ class PinRecord:
     tokens: int
     created_at: datetime
     created_by: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryRecord:
+    """One answer in the delivery ledger: where it goes, what it says, and how far it got."""
+
+    id: int
+    session_id: str | None
+    platform: str
+    chat_id: str
+    thread_id: str | None
+    reply_to: str | None
+    text: str
+    status: str
+    created_at: datetime
+    worker: str
+    sent_at: datetime | None = None
+    recovered_by: str | None = None

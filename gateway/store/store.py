@@ -6,7 +6,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.store.chat_settings import ChatSettingsRepository
 from gateway.store.compaction import CompactionRepository
-from gateway.store.database import create_engine, dispose_engine
+from gateway.store.database import create_engine, dispose_engine, read
+from gateway.store.deliveries import DeliveryRepository
 from gateway.store.messages import MessageRepository
 from gateway.store.migrate import upgrade_database
 from gateway.store.pins import PinRepository
@@ -18,7 +19,7 @@ __all__ = ["Store"]
 
 class Store:
     """The session store. ``store.sessions``, ``store.messages``, ``store.compactions``, ``store.search``,
-    ``store.chat_settings``, ``store.pins``.
+    ``store.chat_settings``, ``store.pins``, ``store.deliveries`` (the delivery ledger).
 
     Open with ``await Store.open(url)`` (migrates the database first unless ``migrate=False``) and close
     with ``await store.aclose()`` (idempotent), or use ``async with await Store.open(url) as store``.
@@ -29,6 +30,7 @@ class Store:
         self.sessions = SessionRepository(engine)
         self.messages = MessageRepository(engine)
         self.compactions = CompactionRepository(engine)
+        self.deliveries = DeliveryRepository(engine)
         self.chat_settings = ChatSettingsRepository(engine)
         self.pins = PinRepository(engine)
         self._search = MessageSearch(engine)
@@ -47,6 +49,12 @@ class Store:
     def dialect(self) -> str:
         """``sqlite`` or ``postgresql``."""
         return self.engine.dialect.name
+
+    async def ping(self) -> bool:
+        """True when the database answers a trivial query (readiness); raises when it cannot be reached."""
+        async with read(self.engine) as conn:
+            await conn.exec_driver_sql("SELECT 1")
+        return True
 
     async def aclose(self) -> None:
         """Close every pooled connection. Safe to call twice."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -47,6 +48,17 @@ def test_no_llm_configured_explains_what_to_set(tmp_path: Path) -> None:
     assert "CONCORD_LLM__BASE_URL" in result.stderr and "CONCORD_LLM__MODEL" in result.stderr
 
 
+def test_a_metrics_port_in_use_is_one_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        # A platform is configured (nothing listens at its API either): the port is the first thing to fail.
+        result = _run({**LLM, "CONCORD_METRICS__PORT": str(port), "CONCORD_TELEGRAM__TOKEN": "1:x",
+                       "CONCORD_TELEGRAM__API_BASE_URL": "http://127.0.0.1:9"}, tmp_path)
+    assert result.returncode == 2
+    assert f"metrics.port {port} on 127.0.0.1" in result.stderr
+    assert "Traceback" not in result.stderr
 def test_no_platform_and_empty_stdin_exits_2_with_one_line(tmp_path: Path) -> None:
     # What Docker and systemd give a `concord run` without a platform token: /dev/null, at EOF at once.
     result = _run({**LLM, "CONCORD_STORAGE__DATA_DIR": str(tmp_path / "data")}, tmp_path)

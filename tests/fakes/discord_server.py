@@ -104,6 +104,7 @@ class FakeDiscord:
     def __post_init__(self) -> None:
         self._sockets: list[web.WebSocketResponse] = []
         self._seq = 0
+        self.identifies: list[dict[str, Any]] = []
         self._next_id = 10_000
         self._failures: dict[str, _Failure] = {}
         self._runner: web.AppRunner | None = None
@@ -398,6 +399,7 @@ class FakeDiscord:
                     await ws.send_str(json.dumps({"op": 11}))
                 elif payload["op"] == 2:
                     self.identify = payload["d"]
+                    self.identifies.append(payload["d"])
                     await self._ready_sequence()
         finally:
             self._sockets.remove(ws)
@@ -407,7 +409,8 @@ class FakeDiscord:
         await self.dispatch("READY", {
             "v": 10, "user": _user(BOT_ID, "testbot", bot=True), "session_id": "fake-session",
             "resume_gateway_url": f"ws://127.0.0.1:{self.port}/", "guilds": [{"id": str(GUILD_ID), "unavailable": True}],
-            "application": {"id": str(BOT_ID), "flags": 0}, "private_channels": [], "relationships": []})
+            "application": {"id": str(BOT_ID), "flags": 0}, "private_channels": [], "relationships": [],
+            **({"shard": self.identify["shard"]} if self.identify and "shard" in self.identify else {})})
         await self.dispatch("GUILD_CREATE", _guild())
 
 

@@ -67,6 +67,9 @@ class FakeTelegram:
     chat_admins: set[tuple[int, int]] = field(default_factory=set)
     files: dict[str, bytes] = field(default_factory=dict)
     blocked_chats: set[str] = field(default_factory=set)
+    # sendMessage of a text containing one of these never answers (the worker is stuck mid-send; a crash
+    # test kills it there) and is not recorded as sent.
+    stall_texts: set[str] = field(default_factory=set)
     # Messages deleted in the chat: editing them answers 400 "message to edit not found".
     deleted_messages: set[int] = field(default_factory=set)
     port: int = 0
@@ -76,6 +79,7 @@ class FakeTelegram:
         self._next_update_id = 1
         self._next_message_id = 1000
         self._new_update = asyncio.Event()
+        self._stopping = asyncio.Event()
         self._failures: dict[str, _Failure] = {}
         self._runner: web.AppRunner | None = None
 
@@ -88,8 +92,9 @@ class FakeTelegram:
         self._runner, self.port = await serve_on_loopback(app)
 
     async def stop(self) -> None:
-        """Stop serving (wakes any pending long poll)."""
+        """Stop serving (wakes any pending long poll and stalled send)."""
         self._new_update.set()
+        self._stopping.set()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -230,6 +235,9 @@ class FakeTelegram:
 
     async def _m_sendMessage(self, params: dict[str, Any]) -> web.Response:
         text = str(params.get("text", ""))
+        if any(marker in text for marker in self.stall_texts):
+            await self._stopping.wait()
+            return _error(500, "Internal Server Error")
         if str(params.get("chat_id")) in self.blocked_chats:
             return _error(403, "Forbidden: bot was blocked by the user")
         parse_mode = params.get("parse_mode") or None

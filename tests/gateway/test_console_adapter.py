@@ -36,7 +36,9 @@ async def test_lines_become_dm_inbounds_and_every_one_is_answered_before_close()
     seen, out = await _run("hello\n\n/compress the db  \nbye\n", user_name="ann", admin=False)
     assert [m.text for m in seen] == ["hello", "/compress the db", "bye"]
     assert all(m.chat_type == "dm" and m.platform == "console" and m.user_id == "ann" for m in seen)
-    assert [m.message_id for m in seen] == ["1", "2", "3"]
+    # Numbered in order, unique to this run (gateways sharing Redis de-duplicate inbound ids).
+    run = seen[0].message_id.rsplit("-", 1)[0]
+    assert [m.message_id for m in seen] == [f"{run}-1", f"{run}-2", f"{run}-3"]
     assert seen[1].is_command and seen[1].command == "compress" and seen[1].command_args == "the db"
     assert not seen[0].is_command and not seen[0].is_admin_hint
     assert sorted(out.splitlines()) == ["echo /compress the db", "echo bye", "echo hello"]

@@ -173,7 +173,8 @@ async def test_two_workers_share_limits_through_redis(fake_llm: FakeLLMServer, r
     gateways, adapters = [], []
     for n in range(2):
         settings = make_settings(fake_llm, tmp_path / f"w{n}",  # type: ignore[operator]
-                                 limits={"user_messages_per_minute": 5}, redis={"url": redis_url})
+                                 limits={"user_messages_per_minute": 5},
+                                 redis={"url": redis_url, "key_prefix": prefix})
         rt = await build_runtime(settings, limits=RedisLimits.from_url(redis_url, prefix=prefix))
         adapter = ScriptedAdapter()
         gateway = Gateway(rt, [adapter])

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 
-from gateway.scheduler import IDLE_JOB_ID, SWEEP_JOB_ID, GatewayScheduler
+from apscheduler.triggers.cron import CronTrigger
+
+from gateway.scheduler import IDLE_JOB_ID, SWEEP_JOB_ID, GatewayScheduler, cron_slot, interval_slot
 
 
 async def test_jobs_follow_the_configuration() -> None:
@@ -44,3 +47,15 @@ async def test_idle_job_ticks_on_the_loop_and_a_failure_does_not_stop_it() -> No
     finally:
         await scheduler.aclose()
     assert len(calls) >= 3
+
+
+def test_every_workers_copy_of_a_job_names_the_same_run() -> None:
+    trigger = CronTrigger.from_crontab("*/30 * * * *", timezone="UTC")
+    fired = datetime(2026, 12, 1, 12, 30, tzinfo=UTC)
+    # Workers whose timers fire a few seconds apart (or late, within the misfire grace) agree on the run.
+    slots = {cron_slot(trigger, clock=lambda at=at: at)() for at in
+             (fired, fired.replace(second=2), fired.replace(second=45))}
+    assert slots == {fired.isoformat()}
+    assert cron_slot(trigger, clock=lambda: fired.replace(minute=31, second=30))() != fired.isoformat()
+    assert interval_slot(60, clock=lambda: 120.0)() == interval_slot(60, clock=lambda: 179.9)() == "2"
+    assert interval_slot(60, clock=lambda: 180.0)() == "3"

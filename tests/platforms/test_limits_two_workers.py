@@ -30,13 +30,14 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _env(tmp_path: Path, llm: FakeLLMServer, telegram: FakeTelegram, redis_url: str, port: int) -> dict[str, str]:
+def _env(tmp_path: Path, llm: FakeLLMServer, telegram: FakeTelegram, redis_url: str, port: int,
+         prefix: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONCORD_")}
     env.update(
         PYTHONPATH=str(REPO_ROOT), CONCORD_STORAGE__DATA_DIR=str(tmp_path / "data"),
         CONCORD_MEMORY__DIRECTORY=str(tmp_path / "memory"), CONCORD_GATEWAY__SWEEP_CRON="off",
         CONCORD_LLM__BASE_URL=llm.openai_base_url, CONCORD_LLM__MODEL="fake-model",
-        CONCORD_LLM__CONTEXT_LENGTH="8000", CONCORD_REDIS__URL=redis_url,
+        CONCORD_LLM__CONTEXT_LENGTH="8000", CONCORD_REDIS__URL=redis_url, CONCORD_REDIS__KEY_PREFIX=prefix,
         CONCORD_LIMITS__USER_MESSAGES_PER_MINUTE="5",
         CONCORD_TELEGRAM__TOKEN=telegram.token, CONCORD_TELEGRAM__API_BASE_URL=telegram.api_root,
         CONCORD_TELEGRAM__MODE="webhook", CONCORD_TELEGRAM__WEBHOOK_PORT=str(port),
@@ -49,8 +50,9 @@ async def test_two_workers_enforce_one_user_limit(fake_telegram: FakeTelegram, f
                                                  redis_url: str, tmp_path: Path) -> None:
     fake_llm.responder = lambda body: "answer"
     ports = [_free_port(), _free_port()]
+    prefix = f"concord-test:{uuid.uuid4().hex}:"  # handled message ids of earlier runs do not apply
     workers = [await asyncio.create_subprocess_exec(
-        sys.executable, "-c", RUN, cwd=tmp_path, env=_env(tmp_path, fake_llm, fake_telegram, redis_url, port),
+        sys.executable, "-c", RUN, cwd=tmp_path, env=_env(tmp_path, fake_llm, fake_telegram, redis_url, port, prefix),
         stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         for port in ports]
     try:

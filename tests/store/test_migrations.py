@@ -32,7 +32,7 @@ async def test_upgrade_is_idempotent_and_reversible(store_url: str) -> None:
         assert await current_revision(store.engine) is None
         async with store.engine.connect() as conn:
             tables = await conn.run_sync(lambda c: set(inspect(c).get_table_names()))
-        assert not tables & {"sessions", "messages", "compactions", "messages_fts"}
+        assert not tables & {"sessions", "messages", "compactions", "messages_fts", "deliveries"}
     async with await Store.open(store_url) as store:  # migrates on open
         session = await store.sessions.get_or_create_active("tg", "c")
         await store.messages.append(session.id, [{"role": "user", "content": "after re-upgrade"}], [3])

@@ -1,0 +1,102 @@
+"""Sending answers through the delivery ledger (issue 18): stored before they are sent, confirmed after.
+
+`Deliveries.record` stores an answer (status pending) while its session's turn lock is still held, so the
+ledger's order is the session's order; `Deliveries.send` hands it to the adapter and marks it sent once the
+platform confirmed. A worker that dies in between leaves the answer pending: `Deliveries.recover` — at
+start-up and then periodically, on every worker — claims answers pending for longer than
+``delivery.resend_after_seconds`` (each claimed by one worker only), sends each once more and marks it sent
+(recovered) or failed. Answers older than ``delivery.freshness_seconds`` are marked expired instead: a reply
+to a question asked hours ago would only confuse.
+
+If the ledger itself cannot be written (database down), the answer is still sent: a reply the user sees
+matters more than its bookkeeping.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+
+from adapters.base import Adapter, ChatRef, Outbound, SendError
+from gateway.metrics import Metrics
+from gateway.store import Store
+
+__all__ = ["Deliveries"]
+
+log = logging.getLogger(__name__)
+
+
+class Deliveries:
+    """The ledger-backed send path of one worker."""
+
+    def __init__(self, store: Store, metrics: Metrics, worker: str, *, resend_after_s: float,
+                 freshness_s: float, clock: Callable[[], datetime]) -> None:
+        self.store = store
+        self.metrics = metrics
+        self.worker = worker
+        self.resend_after = timedelta(seconds=resend_after_s)
+        self.freshness = timedelta(seconds=freshness_s)
+        self.clock = clock
+
+    async def record(self, out: Outbound, session_id: str | None) -> int | None:
+        """Store ``out`` as pending; its id, or None when the ledger could not be written (logged)."""
+        chat = out.chat
+        try:
+            return await self.store.deliveries.record(
+                platform=chat.platform, chat_id=chat.chat_id, thread_id=chat.thread_id,
+                reply_to=out.reply_to_message_id, text=out.text, session_id=session_id, worker=self.worker,
+                at=self.clock())
+        except Exception as exc:
+            log.warning("delivery ledger unavailable (%s); sending the answer without a record",
+                        type(exc).__name__)
+            return None
+
+    async def send(self, adapter: Adapter, out: Outbound, delivery_id: int | None) -> None:
+        """Deliver ``out`` and confirm it in the ledger; a send that fails is left pending for recovery."""
+        try:
+            await adapter.deliver(out)
+        except SendError as exc:
+            log.warning("%s: answer %s not delivered (%s); left for recovery", adapter.name, delivery_id, exc)
+            return
+        await self.confirm(adapter, delivery_id)
+
+    async def confirm(self, adapter: Adapter, delivery_id: int | None) -> None:
+        """The platform confirmed an answer ``adapter`` delivered (sent, or a live reply's final edit)."""
+        self.metrics.record_sent(adapter.name)
+        if delivery_id is None:
+            return
+        try:
+            await self.store.deliveries.mark_sent(delivery_id)
+        except Exception as exc:
+            # The user has the answer; at worst recovery sends it a second time.
+            log.warning("delivery %s sent but not confirmed in the ledger (%s)", delivery_id, type(exc).__name__)
+
+    async def recover(self, adapters: Mapping[str, Adapter]) -> int:
+        """Send once more every answer left unconfirmed by a crash (this worker's or another's) on a
+        platform this worker serves; return how many were claimed."""
+        now = self.clock()
+        expired = await self.store.deliveries.expire_older_than(now - self.freshness)
+        if expired:
+            log.warning("delivery ledger: %d unconfirmed answer(s) older than %s expired, not sent", expired,
+                        self.freshness)
+        claimed = await self.store.deliveries.claim_unconfirmed(now - self.resend_after, self.worker,
+                                                                platforms=tuple(adapters))
+        for delivery in claimed:
+            adapter = adapters[delivery.platform]
+            out = Outbound(ChatRef(adapter.name, delivery.chat_id, delivery.thread_id),  # type: ignore[arg-type]
+                           delivery.text, reply_to_message_id=delivery.reply_to)
+            try:
+                await adapter.deliver(out)
+            except SendError as exc:
+                log.warning("delivery %d (session %s): the recovery resend failed too (%s); given up",
+                            delivery.id, delivery.session_id, exc)
+                await self.store.deliveries.mark_failed(delivery.id)
+                self.metrics.record_redelivery("failed")
+                continue
+            await self.store.deliveries.mark_sent(delivery.id)
+            self.metrics.record_sent(adapter.name)
+            self.metrics.record_redelivery("sent")
+            log.info("delivery %d (session %s): answer recovered from worker %s and sent", delivery.id,
+                     delivery.session_id, delivery.worker)
+        return len(claimed)
