@@ -34,12 +34,15 @@ from adapters.base import (
     split_message,
 )
 from adapters.discord_slash import PendingInteraction, PendingInteractions, build_tree
+from adapters.supervise import Backoff, Supervisor, describe, retry_start
 
 log = logging.getLogger(__name__)
 
 DISCORD_LIMIT = 2000
 _USER_MESSAGE_TYPES = {discord.MessageType.default, discord.MessageType.reply}
 Sleep = Callable[[float], Awaitable[None]]
+# What waiting cannot fix: a rejected token, a privileged intent not enabled in the Developer Portal.
+_FATAL = (discord.LoginFailure, discord.PrivilegedIntentsRequired)
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,7 @@ class DiscordSettings:
     ready_timeout: float = 60.0
     drain_seconds: float = 30.0
     slash_commands: bool = False
+    backoff: Backoff = field(default_factory=Backoff)
 
 
 def intents() -> discord.Intents:
@@ -82,7 +86,7 @@ def _guard_parsers(client: discord.Client) -> None:
             try:
                 parse(data)
             except Exception as exc:
-                log.warning("discord: skipping malformed %s event (%s: %s)", event, type(exc).__name__, exc)
+                log.warning("discord: skipping malformed %s event (%s)", event, describe(exc))
 
         return run
 
@@ -110,7 +114,7 @@ class DiscordAdapter(Adapter):
         )
         _guard_parsers(self.client)
         self.client.event(self.on_message)
-        self._task: asyncio.Task[None] | None = None
+        self._supervisor: Supervisor | None = None
         self._interactions = PendingInteractions()
         if settings.slash_commands:
             self.tree = build_tree(self.client, self.on_slash_command)
@@ -118,28 +122,61 @@ class DiscordAdapter(Adapter):
             self.client.setup_hook = self._sync_commands  # type: ignore[method-assign]
 
     async def start(self, on_message: InboundHandler) -> None:
-        """Log in and connect to the gateway; returns once the client is ready."""
+        """Log in (retrying an unreachable Discord with backoff) and connect under supervision; returns once
+        the client is ready. A rejected token raises ConnectionError at once."""
         self._handler = on_message
-        self._task = asyncio.create_task(self.client.start(self.settings.token))
-        ready = asyncio.create_task(self.client.wait_until_ready())
-        await asyncio.wait({self._task, ready}, timeout=self.settings.ready_timeout,
-                           return_when=asyncio.FIRST_COMPLETED)
+        try:
+            await retry_start(self._login, what="discord: login", backoff=self.settings.backoff,
+                              fatal=(discord.LoginFailure,))
+        except discord.LoginFailure:
+            raise ConnectionError("discord rejected the bot token (check discord.token)") from None
+        self._supervisor = Supervisor("discord", self.settings.backoff, fatal=_FATAL)
+        self._supervisor.watch(self._connection)
+        ready = asyncio.ensure_future(self.client.wait_until_ready())
+        failed = self._supervisor.failed
+        await asyncio.wait({failed, ready}, timeout=self.settings.ready_timeout, return_when=asyncio.FIRST_COMPLETED)
         if not ready.done():
             ready.cancel()
-            failure = self._task.exception() if self._task.done() else None
+            why = str(failed.result()) if failed.done() else "timeout"
             await self.stop()
-            raise ConnectionError(f"discord did not become ready: {type(failure).__name__ if failure else 'timeout'}")
+            raise ConnectionError(f"discord did not become ready: {why}")
         log.info("discord: connected as %s", self.client.user)
+
+    async def _login(self) -> None:
+        if self.client.is_closed():
+            self.client.clear()  # discord.py closes the client on some gateway errors; clear() reopens it
+        await self.client.login(self.settings.token)
+
+    async def _connection(self) -> None:
+        """One supervised run of the gateway connection: returns or raises when it is lost.
+
+        discord.py reconnects on its own after network drops; what reaches here is what it gives up on (a
+        frame it cannot parse, a close code it treats as final), so the connection is rebuilt from login.
+        """
+        try:
+            if self.client.is_closed() or self.client.http.token is None:
+                await self._login()
+            await self.client.connect(reconnect=True)
+        finally:
+            ws = self.client.ws
+            if ws is not None and not self.client.is_closed():
+                # The broken socket's heartbeat thread would otherwise keep it open beside the new one.
+                with contextlib.suppress(Exception):
+                    await ws.close(code=4000)
+
+    async def wait_failed(self) -> BaseException:
+        """The cause, once Discord cannot be reconnected (see `adapters.supervise`)."""
+        if self._supervisor is None:
+            return await super().wait_failed()
+        return await self._supervisor.failed
 
     async def stop(self) -> None:
         """Let in-flight handlers send their replies, then close the connection; idempotent."""
-        if self._task is None:
+        supervisor, self._supervisor = self._supervisor, None
+        if supervisor is None:
             return
-        task, self._task = self._task, None
         await self._drain(self.settings.drain_seconds)
-        await self.client.close()
-        with contextlib.suppress(Exception, asyncio.CancelledError):
-            await task
+        await supervisor.stop(self.client.close)
 
     def typing(self, chat: ChatRef | Inbound) -> contextlib.AbstractAsyncContextManager[None]:
         """Trigger typing now and every ``typing_interval`` s (Discord shows it ~10 s)."""
@@ -224,8 +261,8 @@ class DiscordAdapter(Adapter):
         self._interactions.add(interaction)
         try:
             inbound = self._interaction_inbound(interaction, name, args)
-        except Exception:
-            log.exception("discord: could not read interaction %s; skipped", interaction.id)
+        except Exception as exc:
+            log.warning("discord: skipping unreadable interaction %s (%s)", interaction.id, describe(exc))
             return
         self._dispatch(inbound)
 
@@ -259,8 +296,8 @@ class DiscordAdapter(Adapter):
         """discord.py event: turn a message into an Inbound and hand it on (errors only logged)."""
         try:
             inbound = self._to_inbound(message)
-        except Exception:
-            log.exception("discord: could not read message %s; skipped", getattr(message, "id", "?"))
+        except Exception as exc:
+            log.warning("discord: skipping unreadable message %s (%s)", getattr(message, "id", "?"), describe(exc))
             return
         if inbound is not None:
             self._dispatch(inbound)
@@ -271,6 +308,8 @@ class DiscordAdapter(Adapter):
             return None
         if message.author.bot and not self.settings.allow_bots:
             return None
+        if not isinstance(message.content, str):
+            raise TypeError(f"content is {type(message.content).__name__}, not text")
         if len(message.content) > self.settings.max_inbound_chars:
             log.warning("discord: skipping message %s of %d characters", message.id, len(message.content))
             return None
@@ -332,6 +371,8 @@ def _replies_to(message: discord.Message, user_id: int) -> bool:
 
 
 def _attachment(item: discord.Attachment, max_image_bytes: int) -> Attachment:
-    mime = item.content_type or "application/octet-stream"
+    if not isinstance(item.size, int) or not isinstance(item.url, str):
+        raise TypeError(f"attachment {item.id} has a malformed size or url")
+    mime = item.content_type if isinstance(item.content_type, str) else "application/octet-stream"
     kind = "image" if mime.startswith("image/") and item.size <= max_image_bytes else "file"
-    return Attachment(kind=kind, mime=mime, size=item.size, name=item.filename, url=item.url)
+    return Attachment(kind=kind, mime=mime, size=item.size, name=str(item.filename), url=item.url)
