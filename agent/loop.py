@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from agent.compaction_steps import after_compaction, before_compaction
+from agent.compaction_steps import after_compaction, before_compaction, compress_with_progress
 from agent.compression.engine import CompressionResult, ContextEngine
 from agent.events import (
     EVENT_LLM_RESPONSE,
@@ -36,7 +36,7 @@ from agent.llm.base import Completion, Provider, Usage
 from agent.llm.errors import LLMError
 from agent.llm.images import ashrink_images_in_messages
 from agent.memory import MemoryProvider
-from agent.recovery import Action, budget_spent_text, plan_recovery
+from agent.recovery import Action, budget_spent_text, plan_recovery, still_too_large_text
 from agent.tokens import TokenCounter, estimate_request_tokens_rough, get_counter
 from agent.tools.registry import ToolOutcome, ToolRegistry
 from agent.triggers import FitAnchor, cheap_gate, made_progress, post_response_tokens
@@ -59,6 +59,8 @@ SessionSwitch = Callable[[Compaction], Awaitable[str]]
 
 _DEFAULT_PROTECT_FIRST_N = 3
 _DEFAULT_PROTECT_LAST_N = 20
+# Turns in a row whose overflow recovery failed, after which a turn tries none until a call succeeds.
+_FAILED_RECOVERY_LIMIT = 1
 
 
 class _Stop(Exception):
@@ -126,6 +128,9 @@ class AgentLoop:
         self.config = config or LoopConfig()
         self._anchor: FitAnchor | None = None
         self._skip_noticed = False
+        # Kept across turns (anti-thrashing for overflow recovery): every call overflowing must not buy a
+        # summary call and a "compacting" notice on every turn.
+        self._failed_recoveries = 0
 
     async def run_turn(self, messages: Sequence[Mapping[str, Any]], message: str | Mapping[str, Any]) -> TurnResult:
         """Answer ``message`` given the session's ``messages`` (system prompt excluded; never mutated).
@@ -251,6 +256,7 @@ class AgentLoop:
             except LLMError as error:
                 await self._recover(turn, error)
                 continue
+            self._failed_recoveries = 0
             self._record_usage(turn, completion, sent)
             await emit_event(self.events, AgentEvent(EVENT_LLM_RESPONSE, self.session_id, {
                 "usage": completion.usage, "finish_reason": completion.finish_reason, "model": completion.model}))
@@ -285,6 +291,11 @@ class AgentLoop:
             turn.messages = [dict(m) for m in shrunk]
             turn.images_shrunk += changed
         elif plan.action is Action.COMPRESS:
+            if turn.compressions_used:
+                # The previous recovery compression of this turn did not make the request fit.
+                _record_ineffective(self.engine)
+            elif self._failed_recoveries >= _FAILED_RECOVERY_LIMIT:
+                raise _Stop(still_too_large_text())
             turn.compressions_used += 1
             tokens = self.counter.count_request(turn.messages, system=self.system_prompt,
                                                 tools=self.tools.schemas())
@@ -292,9 +303,16 @@ class AgentLoop:
             if result.aborted:
                 raise _Stop(aborted_notice(result.reason).text, notified=turn.told_aborted)
             if not result.compressed:
-                raise _Stop(budget_spent_text(turn.compressions_used) if turn.compressions_used > 1 else
+                self._failed_recoveries += 1
+                raise _Stop(budget_spent_text(turn.compressions_used, can_compress=False)
+                            if turn.compressions_used > 1 else
                             "⚠️ The conversation is too large for the model and nothing more can be compressed. "
                             "Use /new to start a fresh session.")
+        elif plan.budget_spent:
+            self._failed_recoveries += 1
+            framed = [{"role": "system", "content": self.system_prompt}, *turn.messages]
+            raise _Stop(budget_spent_text(turn.compressions_used,
+                                          can_compress=self.engine.has_content_to_compress(framed)))
         else:
             raise _Stop(plan.text)
 
@@ -305,7 +323,9 @@ class AgentLoop:
         if await before_compaction(self.engine, self.memory, framed, force=force, notices=self.notices,
                                    announce=not turn.told_compacting):
             turn.told_compacting = True
-        result = await self.engine.compress(framed, current_tokens=tokens, force=force)
+        result = await compress_with_progress(self.engine, framed, notices=self.notices,
+                                              every_s=self.config.progress_every_s, current_tokens=tokens,
+                                              force=force)
         # Every later check of the turn is still over the threshold and aborts again: warn once per turn.
         if result.aborted and not turn.told_aborted:
             turn.told_aborted = True
@@ -367,6 +387,13 @@ def _ineffective_streak(engine: ContextEngine) -> int:
 def _defers_to_real_usage(engine: ContextEngine) -> bool:
     """Whether the engine says real usage already proved the list fits (`ContextCompressor.deferred_to_real_usage`)."""
     return bool(getattr(engine, "deferred_to_real_usage", False))
+
+
+def _record_ineffective(engine: ContextEngine) -> None:
+    """Count a recovery compression that did not help toward the engine's anti-thrashing, where it has one."""
+    record = getattr(engine, "record_ineffective", None)
+    if callable(record):
+        record()
 
 
 def _lower_context_length(engine: ContextEngine, context_length: int) -> None:

@@ -35,6 +35,10 @@ class StopReason(StrEnum):
     ERROR = "error"
 
 
+# A compaction running longer than this posts a progress line in the chat, and again after each further period.
+PROGRESS_EVERY_S = 20.0
+
+
 @dataclass(frozen=True, slots=True)
 class LoopConfig:
     """Bounds of a turn. Defaults follow the spec (R-P1, R-P3)."""
@@ -49,6 +53,8 @@ class LoopConfig:
     # False: never compress on the loop's own initiative (preflight, post-response); recovery from a provider's
     # context-overflow error still compresses, since the alternative is a conversation that cannot continue.
     auto_compress: bool = True
+    # A compaction running longer than this posts a "still compacting" line in the chat (and again after each).
+    progress_every_s: float = PROGRESS_EVERY_S
 
 
 @dataclass(frozen=True, slots=True)

@@ -85,6 +85,9 @@ class AuxiliaryModel(BaseModel):
     base_url: str | None = None
     api_key: SecretStr | None = None
     context_length: int | None = Field(default=None, gt=0)
+    # Overall deadline of one summary request; unset: llm.timeout_seconds. A compaction waits at most twice
+    # this for its summary (provider retries and the fallback to the main model included).
+    timeout_seconds: float | None = Field(default=None, gt=0, le=3600)
 
 
 class AuxiliarySettings(BaseModel):
@@ -123,6 +126,8 @@ class GatewaySettings(BaseModel):
     session_scope_by_platform: dict[Literal["discord", "telegram", "console"], Literal["shared", "per-user"]] = {}
     group_context_limit: int = Field(default=50, ge=0)
     bot_name: str = "Concord"
+    # Longest reply sent to a chat; a longer answer is cut with a note (the whole answer stays stored).
+    max_reply_chars: int = Field(default=20_000, ge=500, le=1_000_000)
 
     _split_admins = field_validator("admins", mode="before")(_split_csv)
 

@@ -3,7 +3,7 @@
 The stages are pure functions in their own modules; this class owns the per-conversation state
 (`CompressorState`) and the order of the pipeline:
 
-    guard (R-C0) → prune (R-C1) → boundaries (R-C2) → summary (R-C3/4, R-C8) → assemble (R-C5) → anti-thrash (R-C6)
+    clip (oversized single messages) → guard (R-C0) → prune (R-C1) → boundaries (R-C2) → summary (R-C3/4, R-C8) → assemble (R-C5) → anti-thrash (R-C6)
 
 Notes for the agent loop author:
 - ``should_compress(tokens)`` is the trigger: False below ``threshold_tokens`` or after two consecutive
@@ -26,8 +26,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from agent.compression.assemble import AssemblyResult, assemble
+from agent.compression.assemble import AssemblyResult, assemble, sanitize_tool_pairs, strip_historical_media
 from agent.compression.boundaries import Boundaries, find_boundaries, head_size, min_tail_count
+from agent.compression.clip import ClipResult, clip_limit, clip_oversized
 from agent.compression.engine import CompressionResult, ContextEngine
 from agent.compression.fallback import build_static_summary
 from agent.compression.feasibility import feasible_threshold, summary_output_reserve
@@ -87,6 +88,7 @@ class ContextCompressor(ContextEngine):
         model: str = "",
         autoraise: bool = True,
         wall_clock: Callable[[], float] = time.time,
+        summary_deadline_seconds: float | None = None,
     ) -> None:
         if context_length <= 0:
             raise ValueError("context_length must be positive")
@@ -101,6 +103,7 @@ class ContextCompressor(ContextEngine):
         self.max_tokens = max_tokens
         self.summary_context_length = summary_context_length
         self.abort_on_summary_failure = abort_on_summary_failure
+        self.summary_deadline_seconds = summary_deadline_seconds
         self._summary_provider = summary_provider
         self._main_provider = main_provider
         self._counter = get_counter(encoding)
@@ -260,14 +263,20 @@ class ContextCompressor(ContextEngine):
         self.last_compression = None
 
     def has_content_to_compress(self, messages: Sequence[Mapping[str, Any]]) -> bool:
-        """False when everything is in the protected head/tail, so /compress needs no LLM call (R-C10)."""
-        return self._plan(messages)[1] is not None
+        """False when everything is in the protected head/tail and no message needs clipping, so /compress
+        needs no LLM call (R-C10)."""
+        return self._clip(messages).clipped > 0 or self._plan(messages)[1] is not None
+
+    def record_ineffective(self) -> None:
+        """Count a compression that did not help although it saved tokens (overflow recovery whose retry
+        overflowed again) toward anti-thrashing (R-C6)."""
+        self._state.ineffective_count += 1
 
     def will_summarize(self, messages: Sequence[Mapping[str, Any]], *, force: bool = False) -> bool:
         """True only when compress() would call the summary model now: there is a middle, a summary provider,
         and no cooldown (unless ``force``). Otherwise it would insert the static summary or abort, unpaid."""
         allowed = summary_call_allowed(self._state, self._summary_provider, now=self._clock(), force=force)
-        return allowed and self.has_content_to_compress(messages)
+        return allowed and self._plan(self._clip(messages).messages)[1] is not None
 
     # -- the pipeline -----------------------------------------------------------------------------------
 
@@ -277,6 +286,9 @@ class ContextCompressor(ContextEngine):
     def _rehydrate(self, messages: Sequence[Mapping[str, Any]]) -> None:
         # A remembered summary absent from these messages came from another session: drop it.
         self._state.previous_summary = find_latest_summary(messages)
+
+    def _clip(self, messages: Sequence[Mapping[str, Any]]) -> ClipResult:
+        return clip_oversized(messages, clip_limit(self.threshold_tokens), self._counter)
 
     def _plan(self, messages: Sequence[Mapping[str, Any]]) -> tuple[PruneResult | None, Boundaries | None]:
         """Prune + boundaries; (None, None) when the guard applies, (pruned, None) when there is no middle."""
@@ -349,7 +361,10 @@ class ContextCompressor(ContextEngine):
         original: Messages = [m if isinstance(m, dict) else dict(m) for m in messages]
         self._rehydrate(original)
         tokens_before = self._counter.count_messages(original)
-        pruned, bounds = self._plan(original)
+        clip = self._clip(original)
+        pruned, bounds = self._plan(clip.messages)
+        if bounds is None and clip.clipped:
+            return self._commit_clip(original, clip, tokens_before)
         if pruned is None:
             return self._unchanged(original, tokens_before, "nothing to compress: too few messages")
         if bounds is None:
@@ -361,9 +376,11 @@ class ContextCompressor(ContextEngine):
         outcome = await request_summary(
             self._state, summary_provider=self._summary_provider, main_provider=self._main_provider,
             build_prompt=lambda: self._summary_prompt(middle, work, focus_topic), now=self._clock(), force=force,
-            abort_on_failure=self.abort_on_summary_failure,
+            abort_on_failure=self.abort_on_summary_failure, deadline_s=self.summary_deadline_seconds,
         )
         if outcome.abort:
+            if clip.clipped:
+                return self._commit_clip(original, clip, tokens_before)
             return self._unchanged(original, tokens_before,
                                    f"Context compression aborted ({outcome.reason}): {ABORT_WARNING}", aborted=True)
         kind, failure = ("llm" if outcome.body is not None else "static"), outcome.reason
@@ -379,6 +396,25 @@ class ContextCompressor(ContextEngine):
             return self._unchanged(original, tokens_before, "compression would not reduce tokens", ineffective=True)
         return self._commit(original, assembled.messages, tokens_before, tokens_after, bounds, pruned, kind,
                              failure, body)
+
+    def _commit_clip(self, original: Messages, clip: ClipResult, before: int) -> CompressionResult:
+        """Only clipping changed the list (no middle to summarize, or the summary aborted): keep that."""
+        state = self._state
+        # The same repairs as every assembled list (tool pairs, unparsable arguments, historical media).
+        messages = strip_historical_media(sanitize_tool_pairs(clip.messages)[0])[0]
+        after = self._counter.count_messages(messages)
+        if after >= before:
+            return self._unchanged(original, before, "compression would not reduce tokens", ineffective=True)
+        state.ineffective_count = 0
+        state.last_prompt_tokens = -1
+        state.awaiting_real_usage = True
+        state.real_usage_fits = False
+        state.last_compress_aborted = False
+        state.last_compress_reason = f"clipped {clip.clipped} oversized message(s)"
+        return self._record(CompressionResult(
+            messages, True, len(original), len(messages), before, after, "none", False,
+            state.last_compress_reason, 0, len(messages), 0,
+        ))
 
     def _static_body(self, middle: Messages) -> str:
         return build_static_summary(middle, today=self._today(), previous_summary=self._state.previous_summary)
