@@ -91,6 +91,7 @@ class FakeDiscord:
     def __post_init__(self) -> None:
         self._sockets: list[web.WebSocketResponse] = []
         self._seq = 0
+        self._identifies = 0
         self._next_id = 10_000
         self._failures: dict[str, _Failure] = {}
         self._runner: web.AppRunner | None = None
@@ -136,6 +137,16 @@ class FakeDiscord:
         the 429 as a Cloudflare ban and raises at once.
         """
         self._failures[route] = _Failure(times, retry_after, via, is_global)
+
+    async def send_raw(self, frame: str) -> None:
+        """Send one text frame exactly as given (malformed gateway traffic) to every connected client."""
+        for ws in list(self._sockets):
+            await ws.send_str(frame)
+
+    @property
+    def identify_count(self) -> int:
+        """How many IDENTIFY payloads clients sent (a reconnect from login sends another)."""
+        return self._identifies
 
     async def dispatch(self, event: str, data: dict[str, Any]) -> None:
         """Send one op-0 dispatch to every connected client."""
@@ -365,6 +376,7 @@ class FakeDiscord:
                     await ws.send_str(json.dumps({"op": 11}))
                 elif payload["op"] == 2:
                     self.identify = payload["d"]
+                    self._identifies += 1
                     await self._ready_sequence()
         finally:
             self._sockets.remove(ws)

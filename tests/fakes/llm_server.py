@@ -157,9 +157,10 @@ class FakeLLMServer:
     # ----- scripting -------------------------------------------------------------------------------------
     def reply(self, text: str = "ok", *, usage: Mapping[str, int] | None = None,
               tool_calls: Sequence[Mapping[str, Any]] | None = None, finish_reason: str | None = None,
-              delay: float = 0.0) -> None:
-        """Queue a successful reply; ``tool_calls`` items are {"name", "arguments": dict|str, "id"?}."""
-        self._script.append(Reply(text, tool_calls, usage, finish_reason, delay))
+              delay: float = 0.0, trickle: float = 0.0) -> None:
+        """Queue a successful reply; ``tool_calls`` items are {"name", "arguments": dict|str, "id"?};
+        ``trickle`` sends it piece by piece with that many seconds between pieces."""
+        self._script.append(Reply(text, tool_calls, usage, finish_reason, delay, trickle=trickle))
 
     def fail(self, kind: str, *, times: int = 1, delay: float = 0.0, **params: Any) -> None:
         """Queue ``times`` failures of a kind: context_overflow, context_output, llamacpp_context,
@@ -281,6 +282,8 @@ class FakeLLMServer:
         seq = len(self.requests)
         if not body.get("stream"):
             payload = (openai_completion if api == "openai" else anthropic_message)(reply, model, usage, seq)
+            if reply.trickle:
+                return await self._trickle_json(request, payload, reply.trickle)
             return web.json_response(payload)
         if api == "openai":
             include = bool((body.get("stream_options") or {}).get("include_usage"))
@@ -303,8 +306,21 @@ class FakeLLMServer:
             if reply.drop_after_chunks is not None and sent >= reply.drop_after_chunks:
                 return await self._drop(request)
             await response.write(_sse(name, data))
+            await self._pause(reply.trickle)
         if not reply.omit_end and not reply.stream_error:
             await response.write(_sse(*end))
+        await response.write_eof()
+        return response
+
+
+    async def _trickle_json(self, request: web.Request, payload: Any, every: float) -> web.StreamResponse:
+        body = json.dumps(payload).encode()
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        response.content_length = len(body)
+        await response.prepare(request)
+        for start in range(0, len(body), 8):
+            await response.write(body[start:start + 8])
+            await self._pause(every)
         await response.write_eof()
         return response
 

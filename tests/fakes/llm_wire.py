@@ -38,6 +38,9 @@ class Reply:
     drop_after_chunks: int | None = None
     omit_end: bool = False
     stream_error: str | None = None
+    # Seconds between stream events, or between 8-byte pieces of a JSON body: a server that never stalls
+    # long enough for a read timeout but never finishes either.
+    trickle: float = 0.0
 
     def calls(self) -> list[dict[str, Any]]:
         """Tool calls with ids and arguments as JSON strings."""

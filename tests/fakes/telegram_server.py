@@ -67,6 +67,10 @@ class FakeTelegram:
     chat_admins: set[tuple[int, int]] = field(default_factory=set)
     files: dict[str, bytes] = field(default_factory=dict)
     blocked_chats: set[str] = field(default_factory=set)
+    # False: photos and getFile carry no file_size (Telegram may omit it), so only the bytes tell the size.
+    declare_file_sizes: bool = True
+    # True: getUpdates never answers (a stalled connection), until set back to False.
+    stall_updates: bool = False
     port: int = 0
 
     def __post_init__(self) -> None:
@@ -138,7 +142,7 @@ class FakeTelegram:
             data = self.files.get(photo_file_id, b"")
             message["photo"] = [
                 {"file_id": photo_file_id, "file_unique_id": photo_file_id + "u", "width": 64,
-                 "height": 64, "file_size": len(data)},
+                 "height": 64, **({"file_size": len(data)} if self.declare_file_sizes else {})},
             ]
         if thread_id is not None:
             message["message_thread_id"] = thread_id
@@ -214,6 +218,8 @@ class FakeTelegram:
         return _ok(True)
 
     async def _m_getUpdates(self, params: dict[str, Any]) -> web.Response:
+        while self.stall_updates:
+            await asyncio.sleep(0.05)
         offset = int(params.get("offset") or 0)
         timeout = float(params.get("timeout") or 0)
         # Updates below the offset are confirmed: Telegram forgets them.
@@ -278,8 +284,8 @@ class FakeTelegram:
         file_id = str(params["file_id"])
         if file_id not in self.files:
             return _error(400, "Bad Request: invalid file_id")
-        return _ok({"file_id": file_id, "file_unique_id": file_id + "u", "file_size": len(self.files[file_id]),
-                    "file_path": f"photos/{file_id}"})
+        size = {"file_size": len(self.files[file_id])} if self.declare_file_sizes else {}
+        return _ok({"file_id": file_id, "file_unique_id": file_id + "u", **size, "file_path": f"photos/{file_id}"})
 
 
 # Telegram's HTML mode: these tags only (with these attributes), and only these named entities.
