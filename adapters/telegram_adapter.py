@@ -109,13 +109,15 @@ class _SkippingUpdatesRequest(HTTPXRequest):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.last_answer = float("-inf")  # when getUpdates last answered 200 (the polling watch reads it)
+        self.last_answer = float("-inf")  # when a long poll last answered 200 (the polling watch reads it)
+        self.polling = False  # off while PTB stops polling: its closing getUpdates call is no sign of health
 
     async def do_request(self, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
         code, payload = await super().do_request(*args, **kwargs)
         if code != 200:
             return code, payload
-        self.last_answer = time.monotonic()
+        if self.polling:
+            self.last_answer = time.monotonic()
         try:
             body = json.loads(payload)
         except ValueError:
@@ -226,8 +228,15 @@ class TelegramAdapter(Adapter):
         updater = self.app.updater
         assert updater is not None
         self._polling_since = time.monotonic()
+        self._updates_request.polling = True
         await updater.start_polling(poll_interval=0.0, timeout=self.settings.poll_timeout,
                                     error_callback=self._polling_error)
+
+    async def _stop_polling(self) -> None:
+        updater = self.app.updater
+        self._updates_request.polling = False
+        if updater is not None and updater.running:
+            await updater.stop()  # confirms exactly what was fetched
 
     def _polling_error(self, error: TelegramError) -> None:
         # PTB retries getUpdates itself; one line per failure instead of its traceback.
@@ -244,8 +253,8 @@ class TelegramAdapter(Adapter):
             await asyncio.sleep(self.settings.watch_interval)
             silent = time.monotonic() - max(self._updates_request.last_answer, self._polling_since)
             if silent > self.settings.stall_seconds:
-                await updater.stop()
-                raise ConnectionError(f"getUpdates has not answered for {silent:.0f} s")
+                await self._stop_polling()
+                raise ConnectionError(f"getUpdates has not answered for {silent:.1f} s")
         if self._running:
             raise ConnectionError("polling stopped")
 
@@ -260,9 +269,7 @@ class TelegramAdapter(Adapter):
         fetched ones; replies can still be sent."""
         if self._supervisor is not None:
             await self._supervisor.stop()
-        updater = self.app.updater
-        if updater is not None and updater.running:
-            await updater.stop()  # confirms exactly what was fetched
+        await self._stop_polling()
         await self.app.update_queue.join()
         await super().stop_receiving()
 
@@ -273,9 +280,7 @@ class TelegramAdapter(Adapter):
         self._running = False
         if self._supervisor is not None:
             await self._supervisor.stop()
-        updater = self.app.updater
-        if updater is not None and updater.running:
-            await updater.stop()
+        await self._stop_polling()
         await self._drain(self.settings.drain_seconds)
         await self.app.stop()
         await self.app.shutdown()

@@ -69,7 +69,7 @@ class FakeTelegram:
     blocked_chats: set[str] = field(default_factory=set)
     # False: photos and getFile carry no file_size (Telegram may omit it), so only the bytes tell the size.
     declare_file_sizes: bool = True
-    # True: getUpdates never answers (a stalled connection), until set back to False.
+    # True: long polls (getUpdates with a timeout) never answer (a stalled connection), until set back to False.
     stall_updates: bool = False
     port: int = 0
 
@@ -218,10 +218,10 @@ class FakeTelegram:
         return _ok(True)
 
     async def _m_getUpdates(self, params: dict[str, Any]) -> web.Response:
-        while self.stall_updates:
-            await asyncio.sleep(0.05)
         offset = int(params.get("offset") or 0)
         timeout = float(params.get("timeout") or 0)
+        while self.stall_updates and timeout > 0:
+            await asyncio.sleep(0.05)
         # Updates below the offset are confirmed: Telegram forgets them.
         self._updates = [u for u in self._updates if u["update_id"] >= offset]
         if not self._updates and timeout > 0:
