@@ -37,6 +37,7 @@ from agent.llm.errors import LLMError
 from agent.llm.images import ashrink_images_in_messages
 from agent.memory import MemoryProvider
 from agent.recovery import Action, budget_spent_text, plan_recovery, still_too_large_text
+from agent.storable import storable, storable_text
 from agent.tokens import TokenCounter, estimate_request_tokens_rough, get_counter
 from agent.tools.registry import ToolOutcome, ToolRegistry
 from agent.triggers import FitAnchor, cheap_gate, made_progress, post_response_tokens
@@ -88,6 +89,8 @@ class _Turn:
     told_aborted: bool = False
 
     def append(self, message: dict[str, Any]) -> None:
+        # Everything a turn adds (the user's message, the model's answers, tool results) enters here.
+        message = storable(message)
         self.messages.append(message)
         self.appended.append(message)
 
@@ -170,7 +173,7 @@ class AgentLoop:
             turn.append(reply)
             calls = completion.tool_calls
             if not calls:
-                return StopReason.FINAL, completion.text
+                return StopReason.FINAL, storable_text(completion.text)
             await self._run_tools(turn, calls)
             await self._post_response(turn)
         return StopReason.MAX_ITERATIONS, (
@@ -335,6 +338,7 @@ class AgentLoop:
         return result
 
     async def _after_compaction(self, turn: _Turn, trigger: str, result: CompressionResult) -> None:
+        replaced = turn.messages
         new = list(result.messages)
         if new and new[0].get("role") == "system":
             self.system_prompt = str(new.pop(0).get("content") or "")
@@ -342,7 +346,7 @@ class AgentLoop:
         self._anchor = None
         self._skip_noticed = False
         old_id = self.session_id
-        compaction = Compaction(trigger, result, self.system_prompt, old_id, old_id)
+        compaction = Compaction(trigger, result, self.system_prompt, old_id, old_id, tuple(replaced))
         # Recorded before any await, so a cancelled turn still reports the list it replaced.
         turn.compactions.append(compaction)
         if self.switch_session is not None:

@@ -66,6 +66,9 @@ class Compaction:
     system_prompt: str
     old_session_id: str
     session_id: str
+    # The messages it compressed (system prompt excluded), some added by this turn and not stored yet: the
+    # gateway stores those first, so what the compaction clipped or summarized is archived, never lost.
+    replaced: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ from gateway.keys import SessionKey, session_key
 from gateway.metrics import fan_out
 from gateway.prompt import speaker_tag
 from gateway.queues import SessionQueues
+from gateway.replies import cap_reply
 from gateway.session import LiveSession, SessionManager
 from gateway.turns import agent_turn
 
@@ -113,7 +114,7 @@ class Router:
             log.exception("message %s in %s failed", inbound.message_id, key)
             replies = [FAILURE_TEXT]
         for text in replies:
-            await adapter.send(inbound, text)
+            await adapter.send(inbound, cap_reply(text, self.settings.gateway.max_reply_chars))
 
     async def _chain(self, key: SessionKey, inbound: Inbound, adapter: Adapter) -> list[str]:
         command = Command.of(inbound)

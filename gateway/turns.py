@@ -38,6 +38,7 @@ async def agent_turn(
     loop = live.loop
 
     async def switch(compaction: Compaction) -> str:
+        await _store_unstored(sessions, live, list(compaction.replaced))
         return await persist_compaction(sessions, live, compaction.result, f"agent: {compaction.trigger}")
 
     async def notice(sent: Notice) -> None:
@@ -54,6 +55,18 @@ async def agent_turn(
         loop.notices = loop.events = loop.switch_session = None
     await persist_turn(sessions, live, result)
     return result
+
+
+async def _store_unstored(sessions: SessionManager, live: LiveSession, replaced: list[dict[str, Any]]) -> None:
+    """Append what this turn added before a compaction (the new message, tool results), so the compaction
+    archives it with the rest: a message it clipped or summarized stays stored whole and searchable."""
+    stored = live.messages
+    if len(replaced) <= len(stored) or replaced[: len(stored)] != stored:
+        return
+    new = replaced[len(stored):]
+    rt = sessions.rt
+    live.watermark = await rt.store.messages.append(live.id, new, [rt.counter.count_message(m) for m in new])
+    live.messages = stored + new
 
 
 async def persist_turn(sessions: SessionManager, live: LiveSession, result: TurnResult) -> None:

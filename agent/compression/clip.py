@@ -16,10 +16,13 @@ from typing import Any
 
 from agent.tokens import TokenCounter
 
-__all__ = ["CLIP_THRESHOLD_SHARE", "ClipResult", "clip_limit", "clip_marker", "clip_oversized", "clip_text"]
+__all__ = ["CLIP_THRESHOLD_SHARE", "TAIL_THRESHOLD_SHARE", "ClipResult", "clip_limit", "clip_marker", "clip_oversized", "clip_text"]
 
 # A message may hold this share of the compression threshold; the rest is for everything else in the request.
 CLIP_THRESHOLD_SHARE = 0.30
+# ...and the verbatim tail's minimum of messages must fit in this share of it together (small windows: a 4K
+# model's tail of 8 messages of 1,000 tokens each could never fit, and every compression would be in vain).
+TAIL_THRESHOLD_SHARE = 0.75
 _MIN_CLIP_TOKENS = 64
 _HEAD_SHARE = 2 / 3
 # Characters per token vary; a few tries shrink the kept part until it really fits.
@@ -36,9 +39,11 @@ class ClipResult:
     clipped: int
 
 
-def clip_limit(threshold_tokens: int) -> int:
-    """Largest size in tokens one message may keep for the model."""
-    return max(_MIN_CLIP_TOKENS, int(threshold_tokens * CLIP_THRESHOLD_SHARE))
+def clip_limit(threshold_tokens: int, tail_messages: int = 1) -> int:
+    """Largest size in tokens one message may keep for the model, when the tail keeps at least
+    ``tail_messages`` messages verbatim."""
+    share = min(threshold_tokens * CLIP_THRESHOLD_SHARE, threshold_tokens * TAIL_THRESHOLD_SHARE / max(tail_messages, 1))
+    return max(_MIN_CLIP_TOKENS, int(share))
 
 
 def clip_marker(cut_chars: int, cut_tokens: int) -> str:

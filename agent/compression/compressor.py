@@ -288,7 +288,8 @@ class ContextCompressor(ContextEngine):
         self._state.previous_summary = find_latest_summary(messages)
 
     def _clip(self, messages: Sequence[Mapping[str, Any]]) -> ClipResult:
-        return clip_oversized(messages, clip_limit(self.threshold_tokens), self._counter)
+        tail = min_tail_count(len(messages), 0, self.protect_last_n)
+        return clip_oversized(messages, clip_limit(self.threshold_tokens, tail), self._counter)
 
     def _plan(self, messages: Sequence[Mapping[str, Any]]) -> tuple[PruneResult | None, Boundaries | None]:
         """Prune + boundaries; (None, None) when the guard applies, (pruned, None) when there is no middle."""

@@ -5,9 +5,10 @@ Every helper treats messages as immutable values; none of them mutates its argum
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from agent.jsonlimits import loads_bounded
 
 __all__ = [
     "Message",
@@ -72,7 +73,7 @@ def parse_arguments(raw: Any) -> Any:
         return raw
     if not isinstance(raw, str):
         raise ValueError("arguments are not a string")
-    return json.loads(raw)
+    return loads_bounded(raw)
 
 
 def last_index(messages: Sequence[Message], role: str, *, visible_text: bool = False) -> int:

@@ -24,6 +24,7 @@ from agent.compression.state import CompressorState
 from agent.compression.summary import SUMMARIZER_SYSTEM, EmptySummary, clean_summary_output
 from agent.llm.base import Provider
 from agent.llm.errors import AuthError, LLMError, NetworkError, RateLimited
+from agent.storable import storable_text
 
 __all__ = [
     "ABORT_WARNING",
@@ -78,7 +79,7 @@ async def _call(provider: Provider, prompt: str, max_tokens: int) -> str:
     completion = await provider.complete(
         [{"role": "user", "content": prompt}], system=SUMMARIZER_SYSTEM, max_tokens=max_tokens
     )
-    return clean_summary_output(completion.text)
+    return storable_text(clean_summary_output(completion.text))
 
 
 def summary_call_allowed(state: CompressorState, summary_provider: Provider | None, *, now: float,

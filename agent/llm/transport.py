@@ -11,13 +11,13 @@ that are not JSON) leaves this module as an `LLMError`; nothing httpx-specific e
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import httpx
 
+from agent.jsonlimits import loads_bounded
 from agent.llm.classify import classify_http_error, classify_transport_error
 from agent.llm.errors import BadResponse, DeadlineExceeded, LLMError, LLMTimeout
 
@@ -127,7 +127,7 @@ class HttpTransport:
         async def decode(response: httpx.Response) -> dict[str, Any]:
             content = await response.aread()
             try:
-                data = json.loads(content)
+                data = loads_bounded(content)
             except ValueError as exc:
                 raise BadResponse(f"reply is not valid JSON ({len(content)} bytes)", status=response.status_code,
                                   provider=self._provider) from exc
@@ -154,7 +154,7 @@ class HttpTransport:
 def decode_event_json(event: SSEEvent, provider: str) -> dict[str, Any]:
     """The JSON object inside one SSE event, or BadResponse."""
     try:
-        data = json.loads(event.data)
+        data = loads_bounded(event.data)
     except ValueError as exc:
         raise BadResponse(f"stream event is not valid JSON: {event.data[:80]!r}", provider=provider) from exc
     if not isinstance(data, dict):

@@ -318,8 +318,8 @@ class FakeLLMServer:
         response = web.StreamResponse(headers={"Content-Type": "application/json"})
         response.content_length = len(body)
         await response.prepare(request)
-        for start in range(0, len(body), 8):
-            await response.write(body[start:start + 8])
+        for start in range(0, len(body), 64):
+            await response.write(body[start:start + 64])
             await self._pause(every)
         await response.write_eof()
         return response

@@ -69,8 +69,6 @@ class FakeTelegram:
     blocked_chats: set[str] = field(default_factory=set)
     # False: photos and getFile carry no file_size (Telegram may omit it), so only the bytes tell the size.
     declare_file_sizes: bool = True
-    # True: long polls (getUpdates with a timeout) never answer (a stalled connection), until set back to False.
-    stall_updates: bool = False
     port: int = 0
 
     def __post_init__(self) -> None:
@@ -78,6 +76,8 @@ class FakeTelegram:
         self._next_update_id = 1
         self._next_message_id = 1000
         self._new_update = asyncio.Event()
+        self._polls_flow = asyncio.Event()
+        self._polls_flow.set()
         self._failures: dict[str, _Failure] = {}
         self._runner: web.AppRunner | None = None
 
@@ -102,6 +102,18 @@ class FakeTelegram:
         return f"http://127.0.0.1:{self.port}"
 
     # -- scripting -------------------------------------------------------------------------------
+    @property
+    def stall_updates(self) -> bool:
+        """True: long polls (getUpdates with a timeout) do not answer (a stalled connection) until set False."""
+        return not self._polls_flow.is_set()
+
+    @stall_updates.setter
+    def stall_updates(self, stalled: bool) -> None:
+        if stalled:
+            self._polls_flow.clear()
+        else:
+            self._polls_flow.set()
+
     def inject_update(self, update: dict[str, Any]) -> int:
         """Queue a raw update (``update_id`` is filled in when missing); returns its update id."""
         update = dict(update)
@@ -220,8 +232,8 @@ class FakeTelegram:
     async def _m_getUpdates(self, params: dict[str, Any]) -> web.Response:
         offset = int(params.get("offset") or 0)
         timeout = float(params.get("timeout") or 0)
-        while self.stall_updates and timeout > 0:
-            await asyncio.sleep(0.05)
+        if timeout > 0:
+            await self._polls_flow.wait()
         # Updates below the offset are confirmed: Telegram forgets them.
         self._updates = [u for u in self._updates if u["update_id"] >= offset]
         if not self._updates and timeout > 0:
