@@ -53,7 +53,8 @@ def _human_report(result: CompressionResult) -> str:
     lines = [
         f"Compressed {result.messages_before:,} → {result.messages_after:,} messages, "
         f"{result.tokens_before:,} → {result.tokens_after:,} tokens ({result.savings_pct:.1%} saved)",
-        f"head kept: messages 0–{result.head_end - 1}; tail kept from message {result.tail_start}; "
+        f"head kept: {f'messages 0–{result.head_end - 1}' if result.head_end else 'none'}; "
+        f"tail kept from message {result.tail_start}; "
         f"pruned {result.pruned} old tool messages; summary: {result.summary_kind}",
     ]
     if result.reason:

@@ -414,7 +414,7 @@ class ContextCompressor(ContextEngine):
         state.last_compress_reason = f"clipped {clip.clipped} oversized message(s)"
         return self._record(CompressionResult(
             messages, True, len(original), len(messages), before, after, "none", False,
-            state.last_compress_reason, 0, len(messages), 0,
+            state.last_compress_reason, 0, 0, 0,
         ))
 
     def _static_body(self, middle: Messages) -> str:
