@@ -94,6 +94,25 @@ def _guard_parsers(client: discord.Client) -> None:
         parsers[event] = guarded(event, parse)
 
 
+class _OneLineReconnects(logging.Filter):
+    """discord.py logs every reconnect of the gateway with a full traceback; one line with the cause is enough
+    (a dropped connection is routine, and a dead one is reported by our supervisor at ERROR)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and str(record.msg).startswith("Attempting a reconnect"):
+            cause = record.exc_info[1]
+            record.msg = f"discord: gateway connection dropped ({describe(cause) if cause else 'unknown'}); " \
+                         "discord.py reconnects in %.2fs"
+            record.exc_info = record.exc_text = None
+        return True
+
+
+def _quiet_reconnects() -> None:
+    library = logging.getLogger("discord.client")
+    if not any(isinstance(f, _OneLineReconnects) for f in library.filters):
+        library.addFilter(_OneLineReconnects())
+
+
 class DiscordAdapter(Adapter):
     """Discord via discord.py; ``sleep`` is the clock used for our own rate-limit backoff."""
 
@@ -113,6 +132,7 @@ class DiscordAdapter(Adapter):
             guild_ready_timeout=0.1,
         )
         _guard_parsers(self.client)
+        _quiet_reconnects()
         self.client.event(self.on_message)
         self._supervisor: Supervisor | None = None
         self._interactions = PendingInteractions()

@@ -106,3 +106,18 @@ async def test_a_connection_that_keeps_dying_is_given_up(
         assert "giving up" in caplog.text
     finally:
         await adapter.stop()
+
+
+def test_discord_py_reconnect_tracebacks_become_one_line(discord_settings: DiscordSettings,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    DiscordAdapter(discord_settings)
+    library = logging.getLogger("discord.client")
+    with caplog.at_level(logging.ERROR, logger="discord.client"):
+        try:
+            raise OSError("Connection reset by peer")
+        except OSError:
+            library.exception("Attempting a reconnect in %.2fs", 1.5)
+    [record] = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert record.getMessage() == ("discord: gateway connection dropped (OSError: Connection reset by peer); "
+                                   "discord.py reconnects in 1.50s")
+    assert record.exc_info is None and "Traceback" not in caplog.text
