@@ -149,7 +149,11 @@ class DiscordAdapter(Adapter):
             await retry_start(self._login, what="discord: login", backoff=self.settings.backoff,
                               fatal=(discord.LoginFailure,))
         except discord.LoginFailure:
+            await self.client.close()
             raise ConnectionError("discord rejected the bot token (check discord.token)") from None
+        except ConnectionError:
+            await self.client.close()
+            raise
         self._supervisor = Supervisor("discord", self.settings.backoff, fatal=_FATAL)
         self._supervisor.watch(self._connection)
         ready = asyncio.ensure_future(self.client.wait_until_ready())

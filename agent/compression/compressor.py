@@ -3,7 +3,8 @@
 The stages are pure functions in their own modules; this class owns the per-conversation state
 (`CompressorState`) and the order of the pipeline:
 
-    clip (oversized single messages) → guard (R-C0) → prune (R-C1) → boundaries (R-C2) → summary (R-C3/4, R-C8) → assemble (R-C5) → anti-thrash (R-C6)
+    clip (oversized single messages) → guard (R-C0) → prune (R-C1) → boundaries (R-C2)
+        → summary (R-C3/4, R-C8) → assemble (R-C5) → anti-thrash (R-C6)
 
 Notes for the agent loop author:
 - ``should_compress(tokens)`` is the trigger: False below ``threshold_tokens`` or after two consecutive
