@@ -26,6 +26,7 @@ __all__ = [
     "ChatType",
     "Inbound",
     "InboundHandler",
+    "LiveReply",
     "Outbound",
     "Platform",
     "SendError",
@@ -99,6 +100,9 @@ class Inbound:
     command_args: str = ""
     is_admin_hint: bool = False
     received_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    # Where the platform has them (Discord): the server and the sender's roles there, for access control.
+    guild_id: str | None = None
+    role_ids: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # Text enters here from every platform: made storable once, before anything (a paid turn) uses it.
@@ -137,6 +141,22 @@ class Outbound:
 
 
 InboundHandler = Callable[[Inbound], Awaitable[None]]
+
+
+class LiveReply(ABC):
+    """A reply shown while the turn runs; the gateway hands it to the agent loop as the turn's stream."""
+
+    @abstractmethod
+    async def text(self, text: str) -> None:
+        """The answer so far (the whole text of the current model call)."""
+
+    @abstractmethod
+    async def status(self, text: str) -> None:
+        """A short status line for a tool round, shown in place of the answer so far."""
+
+    @abstractmethod
+    async def finish(self, text: str) -> None:
+        """Deliver the final ``text`` exactly (replacing what was shown live); call once."""
 
 
 def parse_command(text: str, bot_username: str | None = None) -> tuple[str, str] | None:
@@ -219,6 +239,11 @@ class Adapter(ABC):
     @abstractmethod
     def typing(self, chat: ChatRef | Inbound) -> contextlib.AbstractAsyncContextManager[None]:
         """Keep the platform's typing indicator on in ``chat`` while the block runs."""
+
+    def live_reply(self, target: Inbound) -> LiveReply | None:
+        """A reply to ``target`` that shows the answer as it grows, or None where this adapter (or its settings)
+        does not stream: then the caller sends the final text."""
+        return None
 
     @abstractmethod
     async def _send_chunk(self, chat: ChatRef, text: str, reply_to: str | None) -> None:

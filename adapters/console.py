@@ -17,7 +17,7 @@ import threading
 from collections.abc import AsyncIterator
 from typing import TextIO
 
-from adapters.base import Adapter, ChatRef, Inbound, InboundHandler, parse_command
+from adapters.base import Adapter, ChatRef, Inbound, InboundHandler, LiveReply, parse_command
 
 __all__ = ["ConsoleAdapter"]
 
@@ -55,6 +55,8 @@ class ConsoleAdapter(Adapter):
         self._pump: asyncio.Task[None] | None = None
         self._closed = asyncio.Event()
         self._counter = 0
+        # A streamed answer is being printed on the current line (the thinking marker must not erase it).
+        self._line_open = False
 
     @property
     def chat(self) -> ChatRef:
@@ -96,7 +98,12 @@ class ConsoleAdapter(Adapter):
         try:
             yield
         finally:
-            self._write(" " * 12 + "\r")
+            if not self._line_open:
+                self._write(" " * 12 + "\r")
+
+    def live_reply(self, target: Inbound) -> LiveReply | None:
+        """On an interactive terminal the answer is printed as it arrives; piped output gets whole answers."""
+        return _TerminalReply(self) if self._interactive else None
 
     async def _send_chunk(self, chat: ChatRef, text: str, reply_to: str | None) -> None:
         prefix = f"{self.bot_name}> " if self._interactive else ""
@@ -149,3 +156,36 @@ def _isatty(stream: TextIO) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+class _TerminalReply(LiveReply):
+    """Prints what arrives after what was printed already; a text that does not continue it starts a new line."""
+
+    def __init__(self, console: ConsoleAdapter) -> None:
+        self._console = console
+        self._printed: str | None = None
+
+    def _show(self, text: str) -> None:
+        write = self._console._write
+        if self._printed is None:
+            self._console._line_open = True
+            write(f"{self._console.bot_name}> {text}")
+        elif text.startswith(self._printed):
+            write(text[len(self._printed):])
+        else:
+            write(f"\n{text}")
+        self._printed = text
+
+    async def text(self, text: str) -> None:
+        self._show(text)
+
+    async def status(self, text: str) -> None:
+        self._show(f"({text})")
+        self._console._write("\n")
+        self._printed = ""  # the next text starts on the line of its own just begun
+
+    async def finish(self, text: str) -> None:
+        self._show(text)
+        self._console._line_open = False
+        self._console._write("\n")
+        self._console._prompt()

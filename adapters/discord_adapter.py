@@ -15,7 +15,7 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import discord
@@ -34,6 +34,7 @@ from adapters.base import (
     split_message,
 )
 from adapters.discord_slash import PendingInteraction, PendingInteractions, build_tree
+from adapters.live import ChatThrottle, EditedReply, LiveRateLimited
 from adapters.supervise import Backoff, Supervisor, describe, retry_start
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,7 @@ _USER_MESSAGE_TYPES = {discord.MessageType.default, discord.MessageType.reply}
 Sleep = Callable[[float], Awaitable[None]]
 # What waiting cannot fix: a rejected token, a privileged intent not enabled in the Developer Portal.
 _FATAL = (discord.LoginFailure, discord.PrivilegedIntentsRequired)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,9 @@ class DiscordSettings:
     drain_seconds: float = 30.0
     slash_commands: bool = False
     backoff: Backoff = field(default_factory=Backoff)
+    # Show answers as they grow by editing one message, at most once per ``edit_interval`` s per channel.
+    streaming: bool = True
+    edit_interval: float = 1.0
 
 
 def intents() -> discord.Intents:
@@ -136,6 +141,7 @@ class DiscordAdapter(Adapter):
         self.client.event(self.on_message)
         self._supervisor: Supervisor | None = None
         self._interactions = PendingInteractions()
+        self._throttle = ChatThrottle(settings.edit_interval)
         if settings.slash_commands:
             self.tree = build_tree(self.client, self.on_slash_command)
             # discord.py awaits setup_hook in login(), after the application id is known, before the gateway.
@@ -216,19 +222,61 @@ class DiscordAdapter(Adapter):
         return self.client.get_partial_messageable(int(chat.thread_id or chat.chat_id))
 
     async def _send_chunk(self, chat: ChatRef, text: str, reply_to: str | None) -> None:
+        await self._post(chat, text, reply_to)
+
+    async def _post(self, chat: ChatRef, text: str, reply_to: str | None) -> discord.Message:
         channel = self._channel(chat)
         reference = (
             discord.MessageReference(message_id=int(reply_to), channel_id=channel.id, fail_if_not_exists=False)
             if reply_to else None
         )
-        await self._with_retries(lambda: channel.send(text, reference=reference))  # type: ignore[arg-type]
+        return await self._with_retries(lambda: channel.send(text, reference=reference))  # type: ignore[arg-type]
 
-    async def _with_retries(self, send: Callable[[], Awaitable[object]]) -> None:
+    # -- live replies (adapters.live.LiveEditor) ---------------------------------------------------------
+    def live_reply(self, target: Inbound) -> EditedReply | None:
+        """An answer that grows in one edited message (``streaming``); slash commands answer at the end."""
+        if not self.settings.streaming or self._interactions.get(target.message_id) is not None:
+            return None
+        return EditedReply(self, target, self._throttle)
+
+    async def post_live(self, chat: ChatRef, text: str, reply_to: str | None) -> str:
+        """Post the live message; its id."""
+        return str((await self._post(chat, text, reply_to)).id)
+
+    async def edit_live(self, chat: ChatRef, message_id: str, text: str) -> None:
+        """One edit of the live message; a rate limit skips it (discord.py already waits out short ones)."""
+        message = self._channel(chat).get_partial_message(int(message_id))
+        try:
+            await message.edit(content=text)
+        except discord.RateLimited as exc:
+            raise LiveRateLimited(exc.retry_after) from None
+        except (discord.Forbidden, discord.NotFound) as exc:
+            raise SendError(f"discord refused the edit: {exc.status}") from None
+        except discord.HTTPException as exc:
+            if exc.status == 429 or exc.status >= 500:
+                raise LiveRateLimited(1.0) from None
+            raise SendError(f"discord rejected the edit: {exc.status}") from None
+        except (aiohttp.ClientError, OSError):
+            raise LiveRateLimited(1.0) from None
+
+    async def finish_live(self, out: Outbound, message_id: str) -> bool:
+        """The final text: its first chunk replaces the live message, the rest follow as new messages."""
+        chunks = split_message(out.text, self.limit, self.length, out.continuation_prefix)
+        message = self._channel(out.chat).get_partial_message(int(message_id))
+        try:
+            await self._with_retries(lambda: message.edit(content=chunks[0]))
+        except SendError as exc:
+            log.warning("discord: could not put the final text into the live message (%s)", exc)
+            return False
+        for chunk in chunks[1:]:
+            await self._send_chunk(out.chat, chunk, None)
+        return True
+
+    async def _with_retries(self, send: Callable[[], Awaitable[T]]) -> T:
         """Run one send, waiting out rate limits and transient failures up to ``max_retry_attempts``."""
         for attempt in range(1, self.settings.max_retry_attempts + 1):
             try:
-                await send()
-                return
+                return await send()
             except discord.RateLimited as exc:
                 if exc.retry_after > self.settings.max_retry_wait:
                     raise SendError(f"discord asks to wait {exc.retry_after:.0f} s, over the limit") from None
@@ -313,6 +361,8 @@ class DiscordAdapter(Adapter):
             command_args=args,
             is_admin_hint=self._has_admin_role(user),
             received_at=interaction.created_at,
+            guild_id=str(interaction.guild_id) if interaction.guild_id is not None else None,
+            role_ids=_role_ids(user),
         )
 
     # -- inbound ---------------------------------------------------------------------------------
@@ -365,12 +415,19 @@ class DiscordAdapter(Adapter):
             command_args=command[1] if command else "",
             is_admin_hint=self._has_admin_role(message.author),
             received_at=message.created_at,
+            guild_id=str(message.guild.id) if message.guild is not None else None,
+            role_ids=_role_ids(message.author),
         )
 
     def _has_admin_role(self, author: discord.User | discord.Member) -> bool:
         roles = getattr(author, "roles", None) or []
         names = {name.lower() for name in self.settings.admin_role_names}
         return any(role.id in self.settings.admin_role_ids or role.name.lower() in names for role in roles)
+
+
+def _role_ids(author: discord.User | discord.Member) -> tuple[str, ...]:
+    """The sender's guild roles (none in a DM), without the @everyone role every member has."""
+    return tuple(str(role.id) for role in getattr(author, "roles", None) or () if not role.is_default())
 
 
 def _where(channel: Any) -> tuple[ChatType, str, str | None]:

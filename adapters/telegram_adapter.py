@@ -50,6 +50,7 @@ from adapters.base import (
     storable_text,
     utf16_len,
 )
+from adapters.live import ChatThrottle, EditedReply, LiveRateLimited
 from adapters.logsafe import redact_in_logs
 from adapters.supervise import Backoff, Supervisor, describe, retry_start
 from adapters.telegram_format import markdown_to_telegram_html
@@ -89,6 +90,9 @@ class TelegramSettings:
     # Polling that fetched nothing (not even an empty answer) for this long is restarted.
     stall_seconds: float = 150.0
     watch_interval: float = 5.0
+    # Show answers as they grow by editing one message, at most once per ``edit_interval`` s per chat.
+    streaming: bool = True
+    edit_interval: float = 1.0
 
     def __post_init__(self) -> None:
         if self.mode == "webhook" and not (self.webhook_url and self.webhook_secret):
@@ -155,6 +159,11 @@ def _refuses_markup(description: str) -> bool:
     return "can't parse entities" in lowered or "text is empty" in lowered
 
 
+def _unchanged(description: str) -> bool:
+    """Telegram's 400 for an edit that changes nothing (the text is already what we sent)."""
+    return "message is not modified" in description.lower()
+
+
 def _seconds(value: int | float | timedelta) -> float:
     return value.total_seconds() if isinstance(value, timedelta) else float(value)
 
@@ -187,6 +196,7 @@ class TelegramAdapter(Adapter):
         self.app.add_error_handler(self._on_error)
         self._admin_cache: OrderedDict[tuple[int, int], tuple[float, bool]] = OrderedDict()
         self._running = False
+        self._throttle = ChatThrottle(settings.edit_interval)
 
     @property
     def bot_username(self) -> str:
@@ -305,15 +315,98 @@ class TelegramAdapter(Adapter):
             return
         # Split the Markdown, not the HTML: the splitter closes and reopens code fences per chunk, so each
         # chunk converts to balanced HTML on its own.
+        for index, pair in enumerate(self._pairs(out)):
+            await self._post_pair(out.chat, pair, out.reply_to_message_id if index == 0 else None)
+
+    def _pairs(self, out: Outbound) -> list[tuple[str, str]]:
+        """(Markdown, HTML) per message of ``out``."""
         chunks = split_message(out.text, self.limit, self.length, out.continuation_prefix)
-        pairs = [pair for chunk in chunks for pair in self._formatted(chunk, out.continuation_prefix)]
-        for index, (markdown, markup) in enumerate(pairs):
-            reply_to = out.reply_to_message_id if index == 0 else None
+        return [pair for chunk in chunks for pair in self._formatted(chunk, out.continuation_prefix)]
+
+    async def _post_pair(self, chat: ChatRef, pair: tuple[str, str], reply_to: str | None) -> None:
+        markdown, markup = pair
+        try:
+            await self._post(chat, markup, reply_to, "HTML")
+        except _UnparsableMarkup:
+            log.warning("telegram: formatted chunk refused (can't parse entities); sending it as plain text")
+            await self._post(chat, markdown, reply_to, None)
+
+    # -- live replies (adapters.live.LiveEditor) ---------------------------------------------------------
+    def live_reply(self, target: Inbound) -> EditedReply | None:
+        """An answer that grows in one edited message (``streaming``)."""
+        return EditedReply(self, target, self._throttle) if self.settings.streaming else None
+
+    async def post_live(self, chat: ChatRef, text: str, reply_to: str | None) -> str:
+        """Post the live message (plain text while it grows); its id."""
+        return str((await self._post(chat, text, reply_to, None)).message_id)
+
+    async def edit_live(self, chat: ChatRef, message_id: str, text: str) -> None:
+        """One edit of the live message; a 429 or a network error skips it."""
+        try:
+            await self.app.bot.edit_message_text(text, chat_id=int(chat.chat_id), message_id=int(message_id))
+        except RetryAfter as exc:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                raise LiveRateLimited(_seconds(exc.retry_after)) from None
+        except BadRequest as exc:
+            if not _unchanged(exc.message):
+                raise SendError(f"telegram refused the edit: {exc.message}") from None
+        except Forbidden as exc:
+            raise SendError(f"telegram refused the edit: {exc.message}") from None
+        except NetworkError:
+            raise LiveRateLimited(1.0) from None
+
+    async def finish_live(self, out: Outbound, message_id: str) -> bool:
+        """The final text rendered as for `deliver`: the first message replaces the live one, the rest follow."""
+        html = self.settings.parse_mode != "plain"
+        if html:
+            pairs = self._pairs(out)
+        else:
+            pairs = [(chunk, chunk) for chunk in split_message(out.text, self.limit, self.length,
+                                                              out.continuation_prefix)]
+        (markdown, markup), rest = pairs[0], pairs[1:]
+        try:
             try:
-                await self._post(out.chat, markup, reply_to, "HTML")
+                await self._edit(out.chat, message_id, markup, "HTML" if html else None)
             except _UnparsableMarkup:
-                log.warning("telegram: formatted chunk refused (can't parse entities); sending it as plain text")
-                await self._post(out.chat, markdown, reply_to, None)
+                log.warning("telegram: formatted final text refused (can't parse entities); editing in plain text")
+                await self._edit(out.chat, message_id, markdown, None)
+        except SendError as exc:
+            log.warning("telegram: could not put the final text into the live message (%s)", exc)
+            return False
+        for pair in rest:
+            if html:
+                await self._post_pair(out.chat, pair, None)
+            else:
+                await self._post(out.chat, pair[0], None, None)
+        return True
+
+    async def _edit(self, chat: ChatRef, message_id: str, text: str, parse_mode: str | None) -> None:
+        """editMessageText with the same bounded retries as sending."""
+        for attempt in range(1, self.settings.max_retry_attempts + 1):
+            try:
+                await self.app.bot.edit_message_text(text, chat_id=int(chat.chat_id), message_id=int(message_id),
+                                                     parse_mode=parse_mode)
+                return
+            except RetryAfter as exc:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    wait = _seconds(exc.retry_after)
+                if wait > self.settings.max_retry_wait:
+                    raise SendError(f"telegram asks to wait {wait:.0f} s, over the limit") from None
+                await asyncio.sleep(wait)
+            except (BadRequest, Forbidden) as exc:
+                if isinstance(exc, BadRequest) and _unchanged(exc.message):
+                    return
+                if parse_mode and isinstance(exc, BadRequest) and _refuses_markup(exc.message):
+                    raise _UnparsableMarkup from None
+                raise SendError(f"telegram refused the edit: {exc.message}") from None
+            except NetworkError as exc:
+                log.warning("telegram: edit failed (%s), attempt %d", type(exc).__name__, attempt)
+                await asyncio.sleep(min(2.0**attempt * 0.25, self.settings.max_retry_wait))
+            except TelegramError as exc:
+                raise SendError(f"telegram error: {type(exc).__name__}") from None
+        raise SendError(f"telegram edit failed after {self.settings.max_retry_attempts} attempts")
 
     def _formatted(self, markdown: str, prefix: str) -> list[tuple[str, str]]:
         """(Markdown, HTML) pairs for one chunk; tags and entities lengthen the text, so a chunk whose HTML
@@ -329,16 +422,15 @@ class TelegramAdapter(Adapter):
     async def _send_chunk(self, chat: ChatRef, text: str, reply_to: str | None) -> None:
         await self._post(chat, text, reply_to, None)
 
-    async def _post(self, chat: ChatRef, text: str, reply_to: str | None, parse_mode: str | None) -> None:
+    async def _post(self, chat: ChatRef, text: str, reply_to: str | None, parse_mode: str | None) -> Message:
         """sendMessage with bounded retries; raises _UnparsableMarkup when Telegram refuses the markup."""
         reply = ReplyParameters(int(reply_to), allow_sending_without_reply=True) if reply_to else None
         thread = int(chat.thread_id) if chat.thread_id else None
         for attempt in range(1, self.settings.max_retry_attempts + 1):
             try:
-                await self.app.bot.send_message(
+                return await self.app.bot.send_message(
                     int(chat.chat_id), text, message_thread_id=thread, reply_parameters=reply, parse_mode=parse_mode
                 )
-                return
             except RetryAfter as exc:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")

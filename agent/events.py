@@ -11,7 +11,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 __all__ = [
     "EVENT_COMPRESS",
@@ -22,13 +22,16 @@ __all__ = [
     "Notice",
     "NoticeKind",
     "NoticeSink",
+    "TurnStream",
     "aborted_notice",
     "compacting_notice",
     "compressed_many_times_notice",
     "compression_skipped_notice",
     "emit_event",
     "emit_notice",
+    "emit_stream",
     "error_notice",
+    "tool_status",
 ]
 
 log = logging.getLogger(__name__)
@@ -69,6 +72,26 @@ class AgentEvent:
 
 NoticeSink = Callable[[Notice], Awaitable[None]]
 EventSink = Callable[[AgentEvent], Awaitable[None]]
+
+
+class TurnStream(Protocol):
+    """Where a streaming turn shows its progress (a chat message being edited, a terminal)."""
+
+    async def text(self, text: str) -> None:
+        """The answer of the current model call so far (the whole text, not a delta)."""
+
+    async def status(self, text: str) -> None:
+        """A short line for a tool round (``🔎 searching history…``), in place of the answer so far."""
+
+
+# What a user is shown while tools run; unknown tools get the generic line.
+_TOOL_STATUS = {"search_history": "🔎 searching history…", "memory": "🧠 updating memory…"}
+
+
+def tool_status(names: list[str]) -> str:
+    """The status line for a tool round calling ``names``."""
+    lines = list(dict.fromkeys(_TOOL_STATUS.get(name, f"🛠️ using {name}…") for name in names))
+    return " ".join(lines) or "🛠️ working…"
 
 
 def compacting_notice() -> Notice:
@@ -117,6 +140,16 @@ def error_notice(text: str) -> Notice:
 async def emit_notice(sink: NoticeSink | None, notice: Notice) -> None:
     """Deliver ``notice``; a failing sink is logged, never raised."""
     await _deliver(sink, notice, f"notice {notice.kind}")
+
+
+async def emit_stream(stream: TurnStream | None, text: str, *, status: bool = False) -> None:
+    """Show ``text`` on ``stream`` (as a status line with ``status``); a failing stream is logged, never raised."""
+    if stream is None:
+        return
+    try:
+        await (stream.status(text) if status else stream.text(text))
+    except Exception:
+        log.warning("turn stream failed", exc_info=True)
 
 
 async def emit_event(sink: EventSink | None, event: AgentEvent) -> None:

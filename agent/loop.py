@@ -26,11 +26,14 @@ from agent.events import (
     AgentEvent,
     EventSink,
     NoticeSink,
+    TurnStream,
     aborted_notice,
     compression_skipped_notice,
     emit_event,
     emit_notice,
+    emit_stream,
     error_notice,
+    tool_status,
 )
 from agent.llm.base import Completion, Provider, Usage
 from agent.llm.errors import LLMError
@@ -42,6 +45,7 @@ from agent.tokens import TokenCounter, estimate_request_tokens_rough, get_counte
 from agent.tools.registry import ToolOutcome, ToolRegistry
 from agent.triggers import FitAnchor, cheap_gate, made_progress, post_response_tokens
 from agent.turn import (
+    INTERRUPTED_MARK,
     Compaction,
     LoopConfig,
     StopReason,
@@ -87,6 +91,8 @@ class _Turn:
     images_shrunk: int = 0
     told_compacting: bool = False
     told_aborted: bool = False
+    # The streamed text of the model call in progress ("" between calls).
+    partial: str = ""
 
     def append(self, message: dict[str, Any]) -> None:
         # Everything a turn adds (the user's message, the model's answers, tool results) enters here.
@@ -115,6 +121,7 @@ class AgentLoop:
         switch_session: SessionSwitch | None = None,
         counter: TokenCounter | None = None,
         config: LoopConfig | None = None,
+        temperature: float | None = None,
     ) -> None:
         self.provider = provider
         self.engine = engine
@@ -129,6 +136,9 @@ class AgentLoop:
         self.switch_session = switch_session
         self.counter = counter or get_counter()
         self.config = config or LoopConfig()
+        self.temperature = temperature
+        # Set by the owner for one turn to stream it (like ``notices``); None: plain requests.
+        self.stream: TurnStream | None = None
         self._anchor: FitAnchor | None = None
         self._skip_noticed = False
         # Kept across turns (anti-thrashing for overflow recovery): every call overflowing must not buy a
@@ -151,8 +161,12 @@ class AgentLoop:
             if not stop.notified:
                 await emit_notice(self.notices, error_notice(error))
         except asyncio.CancelledError:
-            # The turn's owner asked it to stop; hand back a list that is valid to send again.
+            # The turn's owner asked it to stop; hand back a list that is valid to send again, keeping what
+            # the model had streamed so far, marked as cut off.
             reason = StopReason.CANCELLED
+            if turn.partial:
+                text = turn.partial
+                turn.append({"role": "assistant", "content": f"{turn.partial}\n\n{INTERRUPTED_MARK}"})
             known = {id(m) for m in turn.messages}
             closed = close_open_tool_calls(turn.messages)
             turn.appended.extend(m for m in closed if id(m) not in known)
@@ -255,15 +269,29 @@ class AgentLoop:
             try:
                 completion = await self.provider.complete(
                     sent, system=self.system_prompt, tools=schemas or None, max_tokens=turn.max_tokens,
-                    model=self.model)
+                    model=self.model, temperature=self.temperature, **self._streaming(turn))
             except LLMError as error:
+                turn.partial = ""
                 await self._recover(turn, error)
                 continue
             self._failed_recoveries = 0
+            turn.partial = ""
             self._record_usage(turn, completion, sent)
             await emit_event(self.events, AgentEvent(EVENT_LLM_RESPONSE, self.session_id, {
                 "usage": completion.usage, "finish_reason": completion.finish_reason, "model": completion.model}))
             return completion
+
+    def _streaming(self, turn: _Turn) -> dict[str, Any]:
+        """The provider arguments that stream this call to ``self.stream`` (none when nobody watches)."""
+        stream = self.stream
+        if stream is None:
+            return {}
+
+        async def progress(text: str) -> None:
+            turn.partial = text
+            await emit_stream(stream, text)
+
+        return {"stream": True, "on_text": progress}
 
     def _record_usage(self, turn: _Turn, completion: Completion, sent: list[dict[str, Any]]) -> None:
         usage = completion.usage
@@ -361,6 +389,8 @@ class AgentLoop:
     async def _run_tools(self, turn: _Turn, calls: list[dict[str, Any]]) -> None:
         """Run the calls concurrently; results are appended in call order, even when cancelled midway."""
         finished: dict[int, ToolOutcome] = {}
+        names = [str((call.get("function") or {}).get("name") or "") for call in calls]
+        await emit_stream(self.stream, tool_status(names), status=True)
 
         async def run_one(index: int, call: Mapping[str, Any]) -> None:
             finished[index] = await self.tools.execute(call)

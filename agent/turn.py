@@ -15,6 +15,7 @@ from agent.llm.base import Usage
 
 __all__ = [
     "CANCELLED_TOOL_TEXT",
+    "INTERRUPTED_MARK",
     "Compaction",
     "LoopConfig",
     "StopReason",
@@ -24,6 +25,8 @@ __all__ = [
 ]
 
 CANCELLED_TOOL_TEXT = "[Cancelled: the turn was stopped before this tool finished]"
+# Ends the partial answer a stopped streaming turn keeps, so the model (and a reader) sees it was cut off.
+INTERRUPTED_MARK = "[interrupted]"
 
 
 class StopReason(StrEnum):

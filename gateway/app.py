@@ -32,6 +32,7 @@ from agent.memory import FileMemoryProvider, MemoryProvider
 from agent.tokens import get_counter
 from gateway.config import Settings
 from gateway.keys import SessionKey
+from gateway.limit_backends import InProcessLimits, LimitBackend, RedisLimits
 from gateway.locks import InProcessLocks, LockBackend, RedisLocks
 from gateway.metrics import MeteredProvider, Metrics
 from gateway.router import Router
@@ -166,9 +167,14 @@ def _locks(settings: Settings) -> LockBackend:
     return InProcessLocks()
 
 
+def _limits(settings: Settings) -> LimitBackend:
+    url = _secret(settings.redis.url)
+    return RedisLimits.from_url(url) if url else InProcessLimits()
+
+
 async def build_runtime(settings: Settings, *, provider: Provider | None = None, store: Store | None = None,
                         locks: LockBackend | None = None, summary_provider: Provider | None = None,
-                        clock: Callable[[], datetime] = utc_now) -> Runtime:
+                        clock: Callable[[], datetime] = utc_now, limits: LimitBackend | None = None) -> Runtime:
     """Construct the shared dependencies; the store is migrated when this function opens it."""
     provider = provider or main_provider_for(settings)
     summary_provider = summary_provider or summary_provider_for(settings, provider)
@@ -182,6 +188,7 @@ async def build_runtime(settings: Settings, *, provider: Provider | None = None,
         provider=provider, counter=get_counter(settings.llm.encoding),
         new_engine=new_engine, new_memory=_memory_factory(settings),
         model=settings.llm.model, engine_name=settings.context.engine, clock=clock, metrics=metrics,
+        limits=limits or _limits(settings),
     )
 
 
@@ -195,7 +202,7 @@ def build_adapters(settings: Settings) -> list[Adapter]:
         d = settings.discord
         adapters.append(DiscordAdapter(DiscordSettings(
             token=discord_token, allow_bots=d.allow_bots, admin_role_ids=tuple(int(i) for i in d.admin_role_ids),
-            admin_role_names=tuple(d.admin_role_names), slash_commands=d.slash_commands)))
+            admin_role_names=tuple(d.admin_role_names), slash_commands=d.slash_commands, streaming=d.streaming)))
     telegram_token = _secret(settings.telegram.token)
     if telegram_token:
         from adapters.telegram_adapter import TelegramAdapter, TelegramSettings
@@ -205,7 +212,7 @@ def build_adapters(settings: Settings) -> list[Adapter]:
             token=telegram_token, api_base_url=t.api_base_url, mode=t.mode, webhook_url=t.webhook_url,
             webhook_listen=t.webhook_listen, webhook_port=t.webhook_port,
             webhook_secret=_secret(t.webhook_secret), check_chat_admins=t.check_chat_admins,
-            parse_mode=t.parse_mode)))
+            parse_mode=t.parse_mode, streaming=t.streaming)))
     if not adapters:
         adapters.append(ConsoleAdapter(bot_name=settings.gateway.bot_name))
     return adapters
@@ -279,6 +286,7 @@ class Gateway:
                 await adapter.stop()
         await self.rt.provider.aclose()
         await self.rt.locks.aclose()
+        await self.rt.limits.aclose()
         await self.rt.store.aclose()
 
 
@@ -337,6 +345,7 @@ async def run_sweep(settings: Settings, dry_run: bool = False, *, show_progress:
     finally:
         await rt.provider.aclose()
         await rt.locks.aclose()
+        await rt.limits.aclose()
         await rt.store.aclose()
 
 

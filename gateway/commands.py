@@ -1,6 +1,8 @@
 """Chat commands (R-G5): parsing, permissions and the texts users see.
 
-``/compress [focus]`` (admin), ``/new``, ``/status``, ``/stats`` (admin), ``/help``. Commands work the same on every platform;
+``/compress [focus]`` (admin), ``/new``, ``/status``, ``/stats`` (admin), ``/usage``, ``/approve CODE`` (admin),
+``/stop`` (the sender of the running answer, or an admin; handled by the router, outside the queue),
+``/persona [TEXT | reset]`` (admin), ``/help``. Commands work the same on every platform;
 adapters recognise them (``adapters.base.parse_command``, which drops ``/cmd@otherbot``). Texts here are short on purpose: chat is not a log, and a summary never appears in it.
 """
 
@@ -12,8 +14,11 @@ from datetime import UTC, datetime
 from adapters.base import Inbound
 from agent.compression.engine import CompressionResult
 from agent.events import EventSink, NoticeSink
+from gateway.busy import RunningTurn
 from gateway.compaction import compress_session, hygiene_check
+from gateway.limits import RateLimiter, format_top_spenders, format_usage
 from gateway.metrics import Metrics
+from gateway.pairing import Pairing
 from gateway.session import LiveSession, SessionManager
 
 __all__ = [
@@ -22,14 +27,19 @@ __all__ = [
     "Command",
     "CommandContext",
     "StatusFigures",
+    "approve_command",
     "format_compress_result",
     "format_help",
     "format_stats",
     "format_status",
     "is_admin",
     "is_operator",
+    "persona_command",
     "run_command",
+    "stats_command",
     "status_figures",
+    "stop_command",
+    "usage_command",
 ]
 
 COMMANDS: dict[str, str] = {
@@ -37,11 +47,15 @@ COMMANDS: dict[str, str] = {
     "new": "/new — start a fresh session (the old one stays searchable)",
     "status": "/status — context usage, thresholds and compression history",
     "stats": "/stats — gateway-wide counters since start: turns, latency, tokens, compressions",
+    "stop": "/stop — stop the answer being written (yours; admins can stop any)",
+    "usage": "/usage — your token use today and the limits that apply to you",
+    "approve": "/approve CODE — let the sender of a DM pairing code use the bot",
+    "persona": "/persona [TEXT | reset] — show or set who the bot is in this chat",
     "help": "/help — this list",
 }
-ADMIN_COMMANDS = frozenset({"compress", "stats"})
+ADMIN_COMMANDS = frozenset({"compress", "stats", "approve", "persona"})
 # /new resets a conversation everyone in a group shares, so there it is an admin command too.
-GROUP_ADMIN_COMMANDS = frozenset({"compress", "new", "stats"})
+GROUP_ADMIN_COMMANDS = frozenset({"compress", "new", "stats", "approve", "persona"})
 
 NOTHING_TO_COMPRESS = "Nothing to compress: everything is already in the protected head and tail."
 REFUSAL = "Sorry, /{name} is for admins only."
@@ -209,6 +223,8 @@ class CommandContext:
     admin: bool
     notices: NoticeSink | None = None
     events: EventSink | None = None
+    limiter: RateLimiter | None = None
+    pairing: Pairing | None = None
 
 
 async def run_command(command: Command, ctx: CommandContext) -> tuple[str, LiveSession]:
@@ -226,10 +242,81 @@ async def run_command(command: Command, ctx: CommandContext) -> tuple[str, LiveS
     if command.name == "stats":
         if not is_operator(ctx.inbound, ctx.sessions.rt.settings.gateway.admins):
             return OPERATOR_REFUSAL, ctx.live
-        return format_stats(ctx.sessions.rt.metrics, len(ctx.sessions)), ctx.live
+        return await stats_command(ctx), ctx.live
+    if command.name == "usage":
+        return await usage_command(ctx), ctx.live
+    if command.name == "approve":
+        return await approve_command(ctx, command.args), ctx.live
+    if command.name == "persona":
+        return await persona_command(ctx, command.args), ctx.live
     if command.name == "help":
         return format_help(ctx.admin), ctx.live
     return f"Unknown command /{command.name}. Try /help.", ctx.live
+
+
+NOTHING_TO_STOP = "Nothing is running here to stop."
+NOT_YOURS = "Only {name}, who asked, or an admin can stop this answer."
+
+
+def stop_command(running: RunningTurn | None, inbound: Inbound, admin: bool) -> str | None:
+    """/stop: cancel the session's running turn (its sender's or an admin's); None when it was stopped (the
+    turn itself then says so, under what it had written)."""
+    if running is None or running.stopped is not None:
+        return NOTHING_TO_STOP
+    if running.user_id != inbound.user_id and not admin:
+        return NOT_YOURS.format(name=running.user_name)
+    running.stop("stop")
+    return None
+
+
+async def stats_command(ctx: CommandContext) -> str:
+    """/stats: the gateway-wide figures, then today's top spenders when limits are tracked."""
+    text = format_stats(ctx.sessions.rt.metrics, len(ctx.sessions))
+    if ctx.limiter is not None:
+        text = f"{text}\n{format_top_spenders(await ctx.limiter.top_spenders())}"
+    return text
+
+
+async def usage_command(ctx: CommandContext) -> str:
+    """/usage: the sender's and the chat's tokens today, and the limits that apply."""
+    if ctx.limiter is None:
+        return "Usage is not tracked here."
+    return format_usage(await ctx.limiter.usage(ctx.inbound, exempt=ctx.admin))
+
+
+APPROVE_USAGE = "Usage: /approve CODE (the code the bot gave the person in a direct message)."
+APPROVE_UNKNOWN = "No pending pairing code {code}: it is wrong, expired or already used."
+
+
+async def approve_command(ctx: CommandContext, code: str) -> str:
+    """/approve CODE (admins): let the sender the pairing code was issued to use the bot from now on."""
+    if ctx.pairing is None:
+        return "Pairing is off (gateway.dm_policy is not 'pairing')."
+    if not code.strip():
+        return APPROVE_USAGE
+    user = await ctx.pairing.approve(code)
+    if user is None:
+        return APPROVE_UNKNOWN.format(code=code.strip())
+    return f"Approved {user}: they can use the bot now."
+
+
+PERSONA_MAX_CHARS = 4000
+
+
+async def persona_command(ctx: CommandContext, args: str) -> str:
+    """/persona (admins): show this chat's persona, set it (``/persona TEXT``) or drop it (``/persona reset``)."""
+    text = args.strip()
+    if not text:
+        own = ctx.live.persona
+        return f"This chat's persona: {own}" if own else "This chat uses the configured persona. " \
+            "Set one with /persona TEXT."
+    if text.lower() == "reset":
+        await ctx.sessions.set_persona(ctx.live, None)
+        return "Persona reset: this chat uses the configured one again."
+    if len(text) > PERSONA_MAX_CHARS:
+        return f"That persona is {len(text):,} characters; keep it under {PERSONA_MAX_CHARS:,}."
+    await ctx.sessions.set_persona(ctx.live, text)
+    return "Persona set for this chat; it applies from the next answer."
 
 
 async def _compress(ctx: CommandContext, focus: str | None) -> str:

@@ -7,6 +7,7 @@ defaults. Secrets are `SecretStr`: they print as ``**********`` and are never ec
 from __future__ import annotations
 
 import os
+import string
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -17,6 +18,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -40,6 +42,24 @@ def _split_csv(value: Any) -> Any:
 
 
 CsvList = Annotated[list[str], NoDecode]
+_PLATFORMS = ("discord", "telegram", "console")
+
+
+def _platform_ids(entries: list[str], what: str, kind: str) -> list[str]:
+    """Check the ``platform:id`` form shared by admins and the access lists."""
+    for entry in entries:
+        platform, _, ident = entry.partition(":")
+        if platform not in _PLATFORMS or not ident:
+            raise ValueError(f"{what} {entry!r} must look like discord:<{kind} id>, telegram:<{kind} id> "
+                             "or console:<name>")
+    return entries
+
+
+def _snowflake_list(ids: list[str], what: str) -> list[str]:
+    for ident in ids:
+        if not ident.isdigit():
+            raise ValueError(f"{what} {ident!r} must be a numeric Discord id")
+    return ids
 
 
 class LLMSettings(BaseModel):
@@ -55,6 +75,8 @@ class LLMSettings(BaseModel):
     timeout_seconds: float = Field(default=120.0, gt=0)
     encoding: Literal["o200k_base", "cl100k_base"] = "o200k_base"
     max_iterations: int = Field(default=20, ge=1, le=200)
+    # None: the provider's default. Sent with every agent call (summaries keep their own settings).
+    temperature: float | None = Field(default=None, ge=0, le=2)
 
     @property
     def configured(self) -> bool:
@@ -112,6 +134,33 @@ class PromptCachingSettings(BaseModel):
     cache_ttl: Literal["5m", "1h"] = "5m"
 
 
+PERSONA_FIELDS = frozenset({"bot_name", "platform"})
+
+
+def read_persona(value: str) -> str:
+    """``value`` itself, or the text of the file ``@path`` names."""
+    if not value.startswith("@"):
+        return value
+    path = Path(value[1:]).expanduser()
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read the persona file {path} ({type(exc).__name__})") from None
+
+
+def check_persona_template(text: str) -> str:
+    """Raise ValueError unless ``text`` uses only the {bot_name} / {platform} placeholders."""
+    try:
+        fields = {name for _, name, _, _ in string.Formatter().parse(text) if name is not None}
+    except ValueError as exc:
+        raise ValueError(f"persona text has a stray brace ({exc}); write {{{{ and }}}} for literal braces") from None
+    unknown = fields - PERSONA_FIELDS
+    if unknown:
+        raise ValueError(f"unknown placeholder {{{sorted(unknown)[0]}}}: only {{bot_name}} and {{platform}} are "
+                         "filled in (write {{ and }} for literal braces)")
+    return text
+
+
 class GatewaySettings(BaseModel):
     """Session handling in front of the agent (R-G2…R-G6)."""
 
@@ -124,21 +173,52 @@ class GatewaySettings(BaseModel):
     session_scope: Literal["shared", "per-user"] = "shared"
     # Per-platform overrides, e.g. {"telegram": "per-user"}; platforms not listed use session_scope.
     session_scope_by_platform: dict[Literal["discord", "telegram", "console"], Literal["shared", "per-user"]] = {}
+    # observe: every visible group line is stored in its session (batched); addressed: unaddressed lines are
+    # only kept in memory (group_context_limit of them) and handed to the next question.
+    group_history: Literal["addressed", "observe"] = "observe"
     group_context_limit: int = Field(default=50, ge=0)
     bot_name: str = "Concord"
     # Longest reply sent to a chat; a longer answer is cut with a note (the whole answer stays stored).
     max_reply_chars: int = Field(default=20_000, ge=500, le=1_000_000)
+    # The persona: text, or @path to a file holding it; {bot_name} and {platform} are filled in. Unset: the
+    # built-in one. Admins can override it per chat with /persona.
+    system_prompt: str | None = None
 
-    _split_admins = field_validator("admins", mode="before")(_split_csv)
+    # Access control (`gateway.access`): ``platform:id`` entries like ``admins``; an empty allow list allows all.
+    allow_users: CsvList = []
+    deny_users: CsvList = []
+    allow_chats: CsvList = []
+    # Ignored chats: nothing from them is answered or kept.
+    deny_chats: CsvList = []
+    # Group chats where every message is addressed to the bot (no mention needed).
+    free_response_chats: CsvList = []
+    dm_policy: Literal["open", "allowlist", "pairing"] = "open"
+    pairing_code_minutes: int = Field(default=60, ge=1, le=7 * 24 * 60)
+    # A message arriving while its session's turn runs: queue (answered after), interrupt (the sender's new
+    # message cancels their running turn), collect (a sender's messages within the window become one turn).
+    busy_mode: Literal["queue", "interrupt", "collect"] = "queue"
+    collect_window_seconds: float = Field(default=2.0, gt=0, le=60)
 
-    @field_validator("admins")
+    _split_lists = field_validator("admins", "allow_users", "deny_users", "allow_chats", "deny_chats",
+                                   "free_response_chats", mode="before")(_split_csv)
+
+    @field_validator("admins", "allow_users", "deny_users", "allow_chats", "deny_chats", "free_response_chats")
     @classmethod
-    def _admin_format(cls, admins: list[str]) -> list[str]:
-        for entry in admins:
-            platform, _, user = entry.partition(":")
-            if platform not in ("discord", "telegram", "console") or not user:
-                raise ValueError(f"admin {entry!r} must look like discord:<user id>, telegram:<user id> or console:<name>")
-        return admins
+    def _platform_id_format(cls, entries: list[str], info: ValidationInfo) -> list[str]:
+        what = {"admins": "admin", "allow_users": "user", "deny_users": "user"}.get(info.field_name or "", "chat")
+        return _platform_ids(entries, what, "chat" if what == "chat" else "user")
+
+    @field_validator("system_prompt")
+    @classmethod
+    def _persona_template(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        check_persona_template(read_persona(value))
+        return value
+
+    def persona_template(self) -> str | None:
+        """The configured persona text (read from the file for ``@path``), or None for the built-in one."""
+        return read_persona(self.system_prompt) if self.system_prompt else None
 
     def scope_for(self, platform: str) -> Literal["shared", "per-user"]:
         """The session scope of group chats on ``platform``."""
@@ -202,16 +282,25 @@ class DiscordSettings(BaseModel):
     admin_role_ids: CsvList = []
     admin_role_names: CsvList = []
     slash_commands: bool = False
+    # Access control: only these guilds (servers) are served, and with allow_role_ids only members holding one
+    # of these roles (or listed in gateway.allow_users) may use the bot in a guild. Empty: no restriction.
+    allow_guilds: CsvList = []
+    allow_role_ids: CsvList = []
+    # Answers grow in one edited message (false: one message when the answer is complete).
+    streaming: bool = True
 
-    _split = field_validator("admin_role_ids", "admin_role_names", mode="before")(_split_csv)
+    _split = field_validator("admin_role_ids", "admin_role_names", "allow_guilds", "allow_role_ids",
+                             mode="before")(_split_csv)
 
     @field_validator("admin_role_ids")
     @classmethod
     def _snowflakes(cls, ids: list[str]) -> list[str]:
-        for role in ids:
-            if not role.isdigit():
-                raise ValueError(f"role id {role!r} must be a numeric Discord id (use admin_role_names for names)")
-        return ids
+        return _snowflake_list(ids, "role id (use admin_role_names for names)")
+
+    @field_validator("allow_guilds", "allow_role_ids")
+    @classmethod
+    def _allow_snowflakes(cls, ids: list[str], info: ValidationInfo) -> list[str]:
+        return _snowflake_list(ids, "guild id" if info.field_name == "allow_guilds" else "role id")
 
 
 class TelegramSettings(BaseModel):
@@ -227,6 +316,8 @@ class TelegramSettings(BaseModel):
     webhook_secret: SecretStr | None = None
     check_chat_admins: bool = False
     parse_mode: Literal["html", "plain"] = "html"
+    # Answers grow in one edited message (false: one message when the answer is complete).
+    streaming: bool = True
 
     @model_validator(mode="after")
     def _webhook_needs_url(self) -> TelegramSettings:
@@ -241,6 +332,22 @@ class MemorySettings(BaseModel):
     model_config = _Section
     enabled: bool = True
     directory: Path | None = None
+
+
+class LimitsSettings(BaseModel):
+    """How fast one user or chat may spend the model (`gateway.limits`); unset or 0 means no limit.
+
+    Kept in Redis when ``redis.url`` is set (shared by every worker), in-process otherwise. Admins are exempt.
+    """
+
+    model_config = _Section
+    user_messages_per_minute: int | None = Field(default=None, ge=0)
+    chat_messages_per_minute: int | None = Field(default=None, ge=0)
+    # Prompt + completion tokens as the provider reports them, per UTC day.
+    user_tokens_per_day: int | None = Field(default=None, ge=0)
+    chat_tokens_per_day: int | None = Field(default=None, ge=0)
+    # Messages of one session waiting behind the running one (admins and the console exempt); more get a notice.
+    session_queue_depth: int = Field(default=20, ge=1, le=1000)
 
 
 class LoggingSettings(BaseModel):
@@ -276,6 +383,7 @@ class Settings(BaseSettings):
     discord: DiscordSettings = DiscordSettings()
     telegram: TelegramSettings = TelegramSettings()
     memory: MemorySettings = MemorySettings()
+    limits: LimitsSettings = LimitsSettings()
     logging: LoggingSettings = LoggingSettings()
 
     @classmethod

@@ -27,7 +27,7 @@ from agent.events import (
     EventSink,
     emit_event,
 )
-from agent.llm.base import Completion, Provider, Usage
+from agent.llm.base import Completion, Provider, TextProgress, Usage
 from agent.llm.errors import LLMError
 
 __all__ = [
@@ -251,11 +251,13 @@ class MeteredProvider(Provider):
         model: str | None = None,
         stream: bool = False,
         temperature: float | None = None,
+        on_text: TextProgress | None = None,
     ) -> Completion:
         """Delegate to the inner provider, counting the call and its usage (or its failure)."""
         try:
             completion = await self.inner.complete(messages, system=system, tools=tools, max_tokens=max_tokens,
-                                                   model=model, stream=stream, temperature=temperature)
+                                                   model=model, stream=stream, temperature=temperature,
+                                                   on_text=on_text)
         except LLMError:
             self.metrics.record_summary_call(None)
             raise

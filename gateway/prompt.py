@@ -12,7 +12,7 @@ from agent.memory import MemoryProvider
 from gateway.keys import SessionKey
 from gateway.recall import RECALL_TOOL
 
-__all__ = ["RECALL_HINT", "build_system_prompt", "speaker_tag"]
+__all__ = ["RECALL_HINT", "build_system_prompt", "persona_text", "speaker_tag"]
 
 RECALL_HINT = (f"Earlier turns compacted away are kept word for word: look up exact values from them "
                f"(ids, numbers, error texts, constraints) with the {RECALL_TOOL} tool instead of guessing.")
@@ -25,11 +25,24 @@ _FORMATTING = {
 }
 
 
-def build_system_prompt(bot_name: str, key: SessionKey, memory: MemoryProvider, *, compacted: bool) -> str:
-    """The system prompt for ``key``'s session."""
-    where = _PLATFORM_NAMES.get(key.platform, key.platform)
+def persona_text(template: str | None, bot_name: str, platform: str) -> str:
+    """Who the bot is: the operator's or a chat's persona (``gateway.system_prompt``, ``/persona``) with its
+    ``{bot_name}`` / ``{platform}`` filled in, or the built-in one."""
+    where = _PLATFORM_NAMES.get(platform, platform)
+    if template is None:
+        return f"You are {bot_name}, a helpful assistant chatting on {where}. Answer concisely."
+    try:
+        return template.format(bot_name=bot_name, platform=where).strip()
+    except (KeyError, IndexError, ValueError):
+        # A chat's /persona text is taken as typed: braces in it are the admin's words, not placeholders.
+        return template.strip()
+
+
+def build_system_prompt(bot_name: str, key: SessionKey, memory: MemoryProvider, *, compacted: bool,
+                        persona: str | None = None) -> str:
+    """The system prompt for ``key``'s session; ``persona`` replaces the built-in "who you are" template."""
     formatting = _FORMATTING.get(key.platform, "Use Markdown sparingly.")
-    parts = [f"You are {bot_name}, a helpful assistant chatting on {where}. Answer concisely. {formatting}"]
+    parts = [f"{persona_text(persona, bot_name, key.platform)} {formatting}"]
     if key.is_group:
         parts.append("This is a group conversation. Each user message starts with the speaker's name in square "
                      "brackets; earlier channel messages you were not asked about may be quoted as context.")

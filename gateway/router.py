@@ -1,32 +1,44 @@
 """The message path (R-G2, R-G4), readable top to bottom:
 
-    inbound ─▶ dedupe ─▶ session key ─▶ per-session FIFO ─▶ turn lock ─▶ load session
-            ─▶ unaddressed group message? keep as context, stop
-            ─▶ command? run it                      ┐
-            ─▶ else hygiene (R-G3) ─▶ agent turn    ├─ persist (inside)
-            ─▶ release lock ─▶ send the reply       ┘
+    inbound ─▶ dedupe ─▶ access (ignore / refuse / pairing code) ─▶ session key
+            ─▶ /stop? cancel the running turn, stop
+            ─▶ unaddressed group line? observe: batch it into the session (gateway.observe), stop
+            ─▶ busy mode (interrupt the sender's turn / collect a burst) ─▶ queue depth cap
+            ─▶ per-session FIFO ─▶ turn lock ─▶ load session (+ the group's pending lines)
+            ─▶ command? run it                                            ┐
+            ─▶ else rate limits / budgets ─▶ hygiene (R-G3) ─▶ agent turn  ├─ persist (inside)
+            ─▶ release lock ─▶ send the reply (or finish the live one)    ┘
 
-In groups the bot answers only when mentioned, replied to or commanded. Other group messages are kept, tagged
-with the speaker's name, in a bounded per-session buffer (``gateway.group_context_limit`` newest lines) and
-handed to the agent in front of the next message that addresses it; so they enter the stored conversation
-exactly once, with the turn that used them, and an idle channel costs no writes.
+In groups the bot answers only when mentioned, replied to or commanded (in a free-response chat, always).
+Refusals are quiet in groups and one short line in a DM; a message over a rate limit or budget gets one notice
+saying when it resets, and never reaches the model. Other group lines are stored in the session as they come
+(``gateway.group_history: observe``), or, in ``addressed`` mode, kept tagged with the speaker's name in a
+bounded per-session buffer (``gateway.group_context_limit`` newest lines) and handed to the agent in front of
+the next message that addresses it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
+from datetime import timedelta
 from typing import Any
 
 from adapters.base import Adapter, Inbound
 from agent.events import EventSink, Notice
-from agent.turn import StopReason
-from gateway.commands import Command, CommandContext, is_admin, run_command
+from agent.turn import StopReason, TurnResult
+from gateway.access import AccessPolicy, Verdict, user_ref
+from gateway.busy import Batch, RunningTurn, RunningTurns
+from gateway.commands import Command, CommandContext, is_admin, run_command, stop_command
 from gateway.compaction import run_hygiene
 from gateway.continuity import with_note
 from gateway.keys import SessionKey, session_key
+from gateway.limits import RateLimiter
 from gateway.metrics import fan_out
+from gateway.observe import GroupObserver
+from gateway.pairing import Pairing
 from gateway.prompt import speaker_tag
 from gateway.queues import SessionQueues
 from gateway.replies import cap_reply
@@ -41,6 +53,12 @@ FAILURE_TEXT = "⚠️ Something went wrong while handling your message. Please 
 EMPTY_ANSWER = "(The model returned an empty answer.)"
 INTERRUPTED_TEXT = "⚠️ I was interrupted (the bot is restarting) before I could answer. Ask me to continue."
 CONTEXT_HEADER = "[Earlier messages in this channel, not addressed to you]"
+REFUSED_DM = "Sorry, this bot is not available to you."
+PAIRING_TEXT = ("This bot answers people an admin approved. Your pairing code is {code}: "
+                "ask an admin to send /approve {code}.")
+QUEUE_FULL = "⏳ {waiting} messages are already waiting here; send this again once they are answered."
+STOPPED_TEXT = "⏹️ Stopped."
+INTERRUPTED_BY_NEW_TEXT = "⏹️ Interrupted by a newer message."
 
 
 class GroupContext:
@@ -84,9 +102,20 @@ class Router:
         # The runtime's metrics always listen; a sink given here hears every event too.
         self.events: EventSink = self.metrics if events is None else fan_out(self.metrics, events)
         self.context = GroupContext(self.settings.gateway.group_context_limit)
-        self._queues: SessionQueues[SessionKey, tuple[Inbound, Adapter]] = SessionQueues(self._process)
+        self._queues: SessionQueues[SessionKey, tuple[Inbound | Batch, Adapter]] = SessionQueues(self._process)
         self._seen: OrderedDict[tuple[str, str, str | None, str], None] = OrderedDict()
         self._dedupe_size = dedupe_size
+        rt = sessions.rt
+        self.access = AccessPolicy.from_settings(self.settings)
+        self.limiter = RateLimiter(self.settings.limits, rt.limits, rt.clock)
+        self.pairing = (Pairing(rt.store.chat_settings, timedelta(minutes=self.settings.gateway.pairing_code_minutes),
+                                rt.clock) if self.settings.gateway.dm_policy == "pairing" else None)
+        # Addressed messages waiting per session (``limits.session_queue_depth``); entries leave at zero.
+        self._waiting: Counter[SessionKey] = Counter()
+        self.running = RunningTurns()
+        self.observing = self.settings.gateway.group_history == "observe"
+        self.observer = GroupObserver(sessions)
+        self._batches: dict[tuple[SessionKey, str], Batch] = {}
 
     async def handle(self, inbound: Inbound, adapter: Adapter) -> None:
         """Take one inbound message; returns once it has been handled (queued behind its session's earlier ones)."""
@@ -97,15 +126,96 @@ class Router:
         self._seen[ident] = None
         if len(self._seen) > self._dedupe_size:
             self._seen.popitem(last=False)
+        admin = is_admin(inbound.platform, inbound.user_id, self.settings.gateway.admins, inbound.is_admin_hint)
+        if not await self._admitted(inbound, adapter, admin):
+            return
+        if inbound.chat_type != "dm" and not inbound.mentions_bot and self.access.free_response(inbound):
+            inbound = dataclasses.replace(inbound, mentions_bot=True)
         key = session_key(inbound, self.settings.gateway.scope_for(inbound.platform))
-        await self._queues.submit(key, (inbound, adapter))
+        command = Command.of(inbound)
+        if command is not None and command.name == "stop":
+            # Never queued: it acts on the turn the queue is busy with.
+            reply = stop_command(self.running.get(key), inbound, admin)
+            if reply:
+                await adapter.send(inbound, reply)
+            return
+        if not _addressed_anywhere(inbound):
+            if self.observing and key.is_group:
+                self.observer.add(key, _observed_line(inbound), inbound.user_id)  # batched, no lock per line
+            else:
+                await self._queues.submit(key, (inbound, adapter))
+            return
+        mode = self.settings.gateway.busy_mode
+        if mode == "interrupt" and command is None:
+            running = self.running.get(key)
+            if running is not None and running.user_id == inbound.user_id:
+                running.stop("interrupt")
+        if mode == "collect" and command is None:
+            await self._collect(key, inbound, adapter, admin)
+            return
+        await self._submit(key, inbound, adapter, admin)
+
+    async def _collect(self, key: SessionKey, inbound: Inbound, adapter: Adapter, admin: bool) -> None:
+        """``collect``: join the sender's batch still waiting in this session, or start one."""
+        slot = (key, inbound.user_id)
+        batch = self._batches.get(slot)
+        if batch is not None and not batch.started:
+            batch.add(inbound)
+            await batch.finished.wait()
+            return
+        batch = self._batches[slot] = Batch(inbound)
+        try:
+            await self._submit(key, batch, adapter, admin)
+        finally:
+            batch.finished.set()
+            if self._batches.get(slot) is batch:
+                del self._batches[slot]
+
+    async def _submit(self, key: SessionKey, item: Inbound | Batch, adapter: Adapter, admin: bool) -> None:
+        """Queue an addressed message, unless ``limits.session_queue_depth`` are waiting already (admins and the
+        console are exempt): then the sender is told, and nothing is queued."""
+        if admin or key.platform == "console":
+            await self._queues.submit(key, (item, adapter))
+            return
+        if self._waiting[key] >= self.settings.limits.session_queue_depth:
+            inbound = item.first if isinstance(item, Batch) else item
+            if isinstance(item, Batch):
+                item.started = True  # refused: a message sent meanwhile starts a batch of its own
+            await adapter.send(inbound, QUEUE_FULL.format(waiting=self._waiting[key]))
+            return
+        self._waiting[key] += 1
+        try:
+            await self._queues.submit(key, (item, adapter))
+        finally:
+            self._waiting[key] -= 1
+            if self._waiting[key] <= 0:
+                del self._waiting[key]
+
+    async def _admitted(self, inbound: Inbound, adapter: Adapter, admin: bool) -> bool:
+        """Apply the access policy: True to go on; otherwise the refusal (if any is due) was sent."""
+        approved = (self.pairing is not None and inbound.chat_type == "dm" and not admin
+                    and await self.pairing.is_approved(user_ref(inbound)))
+        verdict = self.access.decide(inbound, admin=admin, approved=approved)
+        if verdict is Verdict.ALLOW:
+            return True
+        log.info("access: %s from %s in %s:%s (%s)", verdict, user_ref(inbound), inbound.platform, inbound.chat_id,
+                 inbound.chat_type)
+        if inbound.chat_type == "dm":
+            if verdict is Verdict.PAIR and self.pairing is not None:
+                await adapter.send(inbound, PAIRING_TEXT.format(code=await self.pairing.code_for(user_ref(inbound))))
+            elif verdict is Verdict.REFUSE:
+                await adapter.send(inbound, REFUSED_DM)
+        return False
 
     async def aclose(self, grace_seconds: float = 30.0) -> None:
-        """Stop taking messages and let queued ones finish (graceful shutdown)."""
+        """Stop taking messages and let queued ones finish (graceful shutdown); store every observed line."""
         await self._queues.aclose(grace_seconds)
+        await self.observer.aclose()
 
-    async def _process(self, key: SessionKey, item: tuple[Inbound, Adapter]) -> None:
-        inbound, adapter = item
+    async def _process(self, key: SessionKey, item: tuple[Inbound | Batch, Adapter]) -> None:
+        queued, adapter = item
+        inbound = await queued.take(self.settings.gateway.collect_window_seconds) if isinstance(queued, Batch) \
+            else queued
         self.metrics.record_message()
         try:
             async with self.sessions.rt.locks.session_turn(str(key)):
@@ -119,32 +229,47 @@ class Router:
     async def _chain(self, key: SessionKey, inbound: Inbound, adapter: Adapter) -> list[str]:
         command = Command.of(inbound)
         if key.is_group and not _addressed(inbound, command):
-            self.context.add(key, speaker_tag(inbound.user_name, inbound.text))
+            if self.observing:
+                self.observer.add(key, _observed_line(inbound), inbound.user_id)
+            else:
+                self.context.add(key, speaker_tag(inbound.user_name, inbound.text))
             return []
         live = await self.sessions.open(key, inbound.user_id)
+        if self.observing and key.is_group:
+            await self.observer.flush_locked(key, live)  # what the group said comes before the question
 
         async def notices(notice: Notice) -> None:
             await adapter.send(inbound.chat, notice.text)
 
+        admin = is_admin(inbound.platform, inbound.user_id, self.settings.gateway.admins, inbound.is_admin_hint)
         if command is not None and (command.known or not key.is_group):
-            admin = is_admin(inbound.platform, inbound.user_id, self.settings.gateway.admins, inbound.is_admin_hint)
-            ctx = CommandContext(self.sessions, live, inbound, admin, notices, self.events)
+            ctx = CommandContext(self.sessions, live, inbound, admin, notices, self.events, self.limiter,
+                                 self.pairing)
             reply, _ = await run_command(command, ctx)
             return [reply]
-        started, failed = time.perf_counter(), True
-        try:
-            async with adapter.typing(inbound):
-                await run_hygiene(self.sessions, live, notices=notices, events=self.events)
-                result = await agent_turn(self.sessions, live, self._user_message(key, live, inbound),
-                                          notices=notices, events=self.events)
-            failed = result.stop_reason is StopReason.ERROR
-        finally:
-            self.metrics.record_turn(time.perf_counter() - started, failed=failed)
-        if result.stop_reason is StopReason.ERROR:
-            return []  # the loop already sent its error as a notice
-        if result.stop_reason is StopReason.CANCELLED:
-            return [INTERRUPTED_TEXT]  # shutdown cut the turn off; what it did so far is stored
-        return [result.text or EMPTY_ANSWER]
+        if not admin and inbound.platform != "console":
+            refusal = await self.limiter.admit(inbound)
+            if refusal is not None:
+                return [refusal]
+        stream = adapter.live_reply(inbound)
+        with self.running.track(key, inbound) as running:
+            started, failed = time.perf_counter(), True
+            try:
+                async with adapter.typing(inbound):
+                    await run_hygiene(self.sessions, live, notices=notices, events=self.events)
+                    result = await agent_turn(self.sessions, live, self._user_message(key, live, inbound),
+                                              notices=notices, events=self.events, stream=stream,
+                                              on_start=running.attach)
+                failed = result.stop_reason is StopReason.ERROR
+            finally:
+                self.metrics.record_turn(time.perf_counter() - started, failed=failed)
+        await self.limiter.record(inbound, sum(u.prompt_tokens + u.completion_tokens for u in result.usage))
+        answer = _answer_text(result, running)
+        if answer is None or stream is None:
+            return [answer] if answer else []
+        # The live reply becomes the exact final text (cut like any reply: a 1 MB answer is not 250 messages).
+        await stream.finish(cap_reply(answer, self.settings.gateway.max_reply_chars))
+        return []
 
     def _user_message(self, key: SessionKey, live: LiveSession, inbound: Inbound) -> dict[str, Any]:
         text = inbound.text
@@ -164,6 +289,30 @@ class Router:
             return {"role": "user", "content": text}
         return {"role": "user", "content": [{"type": "text", "text": text},
                                             *({"type": "image_url", "image_url": {"url": u}} for u in images)]}
+
+
+def _observed_line(inbound: Inbound) -> str:
+    """An unaddressed group message as stored: the speaker's tag, the text, and any attachment named."""
+    notes = [f"[Attached {a.kind}: {a.name}]" for a in inbound.attachments]
+    return speaker_tag(inbound.user_name, "\n".join(part for part in (inbound.text, *notes) if part))
+
+
+def _answer_text(result: TurnResult, running: RunningTurn) -> str | None:
+    """What the chat is shown when a turn ends (None: nothing more, the loop already sent its error)."""
+    if result.stop_reason is StopReason.ERROR:
+        return None
+    if result.stop_reason is not StopReason.CANCELLED:
+        return result.text or EMPTY_ANSWER
+    # Cut off: keep what was streamed, saying why it stops there.
+    why = {"stop": STOPPED_TEXT, "interrupt": INTERRUPTED_BY_NEW_TEXT}.get(
+        running.stopped or "", INTERRUPTED_TEXT)  # no cause of ours: shutdown
+    return f"{result.text}\n\n{why}" if result.text else why
+
+
+def _addressed_anywhere(inbound: Inbound) -> bool:
+    """Whether ``inbound`` asks something of the bot (any command counts: in a DM even an unknown one is
+    answered), before the session is known."""
+    return inbound.chat_type == "dm" or inbound.mentions_bot or inbound.reply_to_bot or inbound.is_command
 
 
 def _addressed(inbound: Inbound, command: Command | None) -> bool:

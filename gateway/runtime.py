@@ -15,6 +15,7 @@ from agent.memory import MemoryProvider
 from agent.tokens import TokenCounter
 from gateway.config import Settings
 from gateway.keys import SessionKey
+from gateway.limit_backends import InProcessLimits, LimitBackend
 from gateway.locks import LockBackend
 from gateway.metrics import Metrics
 from gateway.store import Store
@@ -47,3 +48,5 @@ class Runtime:
     engine_name: str = "compressor"
     # One per process: the router's, hygiene's, /compress's and the sweep's event sink, and /stats' source.
     metrics: Metrics = field(default_factory=Metrics)
+    # Rate-limit and token-budget state: Redis when configured (shared by workers), else this process's.
+    limits: LimitBackend = field(default_factory=InProcessLimits)

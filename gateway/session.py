@@ -49,6 +49,8 @@ class LiveSession:
     # worker moved the session on, and the engine must be reloaded.
     synced_state: EngineState | None = None
     pending_note: str | None = None
+    # This chat's own persona (``/persona``), None for the configured one.
+    persona: str | None = None
 
     @property
     def id(self) -> str:
@@ -73,6 +75,7 @@ class SessionManager:
         self.rt = rt
         self.capacity = capacity
         self._live: OrderedDict[SessionKey, LiveSession] = OrderedDict()
+        self._persona = rt.settings.gateway.persona_template()
 
     def __len__(self) -> int:
         return len(self._live)
@@ -115,7 +118,8 @@ class SessionManager:
                 restore_engine_state(live.engine, record.engine)
                 live.synced_state = record.engine
                 live.loop.system_prompt = self.system_prompt(key, live.memory,
-                                                             compacted=record.engine.compression_count > 0)
+                                                             compacted=record.engine.compression_count > 0,
+                                                             persona=live.persona)
         live.messages, live.watermark = active.messages, active.watermark
         if remember:
             self._remember(key, live)
@@ -137,12 +141,25 @@ class SessionManager:
         live.synced_state = record.engine
         live.loop.session_id = record.id
         await live.memory.start_session(record.id)
-        live.loop.system_prompt = self.system_prompt(live.key, live.memory, compacted=True)
+        live.loop.system_prompt = self.system_prompt(live.key, live.memory, compacted=True, persona=live.persona)
         await self.reload(live)
 
-    def system_prompt(self, key: SessionKey, memory: MemoryProvider, *, compacted: bool) -> str:
-        """The session's system prompt as configured."""
-        return build_system_prompt(self.rt.settings.gateway.bot_name, key, memory, compacted=compacted)
+    def system_prompt(self, key: SessionKey, memory: MemoryProvider, *, compacted: bool,
+                      persona: str | None = None) -> str:
+        """The session's system prompt as configured; ``persona`` is the chat's own (``/persona``)."""
+        return build_system_prompt(self.rt.settings.gateway.bot_name, key, memory, compacted=compacted,
+                                   persona=persona or self._persona)
+
+    async def set_persona(self, live: LiveSession, persona: str | None) -> None:
+        """Give ``live``'s chat its own persona (None: back to the configured one); stored, so it survives
+        restarts, and in effect from the next model call."""
+        if persona is None:
+            await self.rt.store.chat_settings.take(_persona_scope(live.key), _PERSONA)
+        else:
+            await self.rt.store.chat_settings.put(_persona_scope(live.key), _PERSONA, persona)
+        live.persona = persona
+        live.loop.system_prompt = self.system_prompt(live.key, live.memory, persona=persona,
+                                                     compacted=live.record.engine.compression_count > 0)
 
     async def start_new(self, live: LiveSession, user_id: str | None, reason: str = END_NEW) -> LiveSession:
         """End ``live`` (history kept) and open a fresh session for the same chat (``/new``)."""
@@ -169,21 +186,25 @@ class SessionManager:
                      messages: list[dict[str, Any]]) -> LiveSession:
         rt = self.rt
         engine = rt.new_engine()
+        if key.is_group:
+            engine.summary_template = "group"
         restore_engine_state(engine, record.engine)
         memory = rt.new_memory(key, None if key.is_group and not _per_user(key) else user_id)
         await memory.start_session(record.id)
         tools = ToolRegistry(memory.tools())
         tools.add_engine_tools(engine)
-        prompt = self.system_prompt(key, memory, compacted=record.engine.compression_count > 0)
+        persona = await rt.store.chat_settings.get(_persona_scope(key), _PERSONA)
+        prompt = self.system_prompt(key, memory, compacted=record.engine.compression_count > 0, persona=persona)
         loop = AgentLoop(
             provider=rt.provider, engine=engine, system_prompt=prompt, session_id=record.id, tools=tools,
             memory=memory, max_tokens=output_reserve(rt.settings.llm.max_tokens, engine.context_length), model=rt.model or None, counter=rt.counter,
             config=LoopConfig(max_iterations=rt.settings.llm.max_iterations,
                               auto_compress=rt.settings.compression.enabled),
+            temperature=rt.settings.llm.temperature,
         )
         # Registered last (after the loop exists) so it follows the session id through rotations.
         tools.register(recall_tool(rt.store, lambda: loop.session_id))
-        live = LiveSession(key, record, engine, memory, loop, synced_state=record.engine)
+        live = LiveSession(key, record, engine, memory, loop, synced_state=record.engine, persona=persona)
         engine.on_session_start(record.id, [{"role": "system", "content": prompt}, *messages])
         return live
 
@@ -198,6 +219,13 @@ def _unchanged(live: LiveSession, record: SessionRecord) -> bool:
     """Whether ``record`` (just read) describes exactly the state ``live`` already holds."""
     return (record.message_count == len(live.messages) and record.compactions == live.record.compactions
             and record.engine == live.synced_state and live.watermark > 0)
+
+
+_PERSONA = "persona"
+
+
+def _persona_scope(key: SessionKey) -> str:
+    return f"chat:{key}"
 
 
 def _per_user(key: SessionKey) -> bool:

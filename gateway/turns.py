@@ -8,11 +8,22 @@ re-encoded after an "image too large" error), the active set is replaced as a wh
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
+from collections.abc import Callable
 from typing import Any
 
-from agent.events import AgentEvent, EventSink, Notice, NoticeKind, NoticeSink, emit_event, emit_notice
+from agent.events import (
+    AgentEvent,
+    EventSink,
+    Notice,
+    NoticeKind,
+    NoticeSink,
+    TurnStream,
+    emit_event,
+    emit_notice,
+)
 from agent.turn import Compaction, TurnResult
 from gateway.compaction import persist_compaction
 from gateway.engine_state import export_engine_state
@@ -33,8 +44,14 @@ async def agent_turn(
     *,
     notices: NoticeSink | None = None,
     events: EventSink | None = None,
+    stream: TurnStream | None = None,
+    on_start: Callable[[asyncio.Task[TurnResult]], None] | None = None,
 ) -> TurnResult:
-    """Run the agent on ``message`` and persist the outcome; the caller holds the session's turn lock."""
+    """Run the agent on ``message`` and persist the outcome; the caller holds the session's turn lock.
+
+    With ``stream`` the model's answer is streamed to it as it arrives (and tool rounds show a status).
+    ``on_start`` receives the task running the agent loop: cancelling it (``/stop``) ends the turn cleanly,
+    and what it produced is still persisted, which a cancellation must never interrupt."""
     loop = live.loop
 
     async def switch(compaction: Compaction) -> str:
@@ -48,11 +65,14 @@ async def agent_turn(
             await emit_event(events, AgentEvent(EVENT_COMPRESS_ABORTED, loop.session_id, {"reason": "agent"}))
         await emit_notice(notices, sent)
 
-    loop.notices, loop.events, loop.switch_session = notice, events, switch
+    loop.notices, loop.events, loop.switch_session, loop.stream = notice, events, switch, stream
     try:
-        result = await loop.run_turn(live.messages, message)
+        running = asyncio.create_task(loop.run_turn(live.messages, message))
+        if on_start is not None:
+            on_start(running)
+        result = await running
     finally:
-        loop.notices = loop.events = loop.switch_session = None
+        loop.notices = loop.events = loop.switch_session = loop.stream = None
     await persist_turn(sessions, live, result)
     return result
 

@@ -337,7 +337,7 @@ class ContextCompressor(ContextEngine):
         def build(middle_text: str) -> str:
             return build_summary_prompt(middle_text, budget=budget, today=self._today(),
                                         previous_summary=self._state.previous_summary, focus_topic=focus,
-                                        auto_focus=focus_topic is None)
+                                        auto_focus=focus_topic is None, kind=self.summary_template)
 
         # An unknown summary window is taken to be the main one: the summary call must fit the same model.
         window = self.summary_context_length or self.context_length

@@ -83,6 +83,9 @@ class ContextEngine(ABC):
     threshold_tokens: int = 0
     context_length: int = 0
     compression_count: int = 0
+    # Which summary template a summarizing engine writes: "task" (an agent at work) or "group" (a group chat's
+    # participants, topics, decisions). Engines that write no summaries ignore it.
+    summary_template: str = "task"
 
     @abstractmethod
     def should_compress(self, prompt_tokens: int | None = None) -> bool:

@@ -17,6 +17,7 @@ from agent.compression.redact import redact_secrets
 from agent.tokens import TokenCounter
 
 __all__ = [
+    "GROUP_SECTIONS",
     "SECTIONS",
     "SUMMARIZER_SYSTEM",
     "SUMMARY_END_MARKER",
@@ -147,6 +148,25 @@ def serialize_within(messages: Sequence[Message], limit_tokens: int | None, coun
     return "\n\n".join(note + kept[::-1])
 
 
+# The template for group chats, where the "task" is the conversation itself: who said and decided what.
+GROUP_SECTIONS = (
+    ("Participants", "everyone who spoke, one per line, with their role or what they mostly talk about"),
+    ("Topics & Threads", "each topic or thread of discussion: what was said, by whom, where it stands"),
+    ("Decisions", "what was decided, by whom and when (`DATE — decision — by NAME`)"),
+    ("Open Questions", "questions asked and not yet answered, with who asked"),
+    ("People: Facts & Preferences", "per person: facts they shared and preferences they stated"),
+    ("Links & References", "links, files, ids and names mentioned, with who shared them"),
+    ("Requests to the Assistant", "what people asked the assistant, and whether it was answered"),
+)
+_GROUP_RULES = (
+    "- Every message is a group chat line starting with the speaker's name in square brackets.",
+    "- Attribute everything: who said it, who decided it, who asked it. Keep names exactly as written.",
+    "- Keep exact values (dates, times, numbers, links, ids); never include secrets — write [REDACTED].",
+    "- Write in the conversation's own language; do not translate.",
+    "- Leave a section with 'None' when there is nothing for it; keep the section order.",
+)
+
+
 def derive_focus_topic(messages: Sequence[Message], turns: int = 3) -> str:
     """An automatic focus: the last few user requests, newest last, clipped (handoff summaries are not requests)."""
     texts = (strip_summary(content_text(m)).strip() for m in messages if m.get("role") == "user")
@@ -163,10 +183,20 @@ def build_summary_prompt(
     previous_summary: str | None = None,
     focus_topic: str | None = None,
     auto_focus: bool = False,
+    kind: str = "task",
 ) -> str:
-    """The user prompt for the summary model (``middle_text`` is already serialized and redacted)."""
-    template = "\n".join(f"## {title}\n<{hint}>" for title, hint in SECTIONS)
+    """The user prompt for the summary model (``middle_text`` is already serialized and redacted); ``kind``
+    "group" uses the group-chat template instead of the task one."""
+    group = kind == "group"
+    template = "\n".join(f"## {title}\n<{hint}>" for title, hint in (GROUP_SECTIONS if group else SECTIONS))
     day = today.isoformat()
+    if group:
+        lines = [f"Today's date is {day}.",
+                 "Write a structured summary of the group chat below so that an assistant taking part in it can "
+                 "answer questions about what the group said and decided without the lines themselves.",
+                 "Rules:", *_GROUP_RULES, f"- Target length: about {budget:,} tokens."]
+        return _with_previous_and_focus(lines, previous_summary, focus_topic, auto_focus, template, middle_text,
+                                        update=_GROUP_UPDATE)
     lines = [
         f"Today's date is {day}.",
         "Write a structured handoff summary of the conversation turns below so that another assistant can "
@@ -180,12 +210,23 @@ def build_summary_prompt(
         "- Leave a section with 'None' when there is nothing for it; keep the section order.",
         f"- Target length: about {budget:,} tokens.",
     ]
+    return _with_previous_and_focus(lines, previous_summary, focus_topic, auto_focus, template, middle_text)
+
+
+_TASK_UPDATE = ("A PREVIOUS SUMMARY exists. UPDATE it with the new turns rather than starting over: move finished "
+                "in-progress items to Completed Actions, answered questions to Resolved Questions, keep what is still "
+                "valid, and drop what is stale.")
+_GROUP_UPDATE = ("A PREVIOUS SUMMARY exists. UPDATE it with the new lines rather than starting over: add new people, "
+                 "topics and decisions, move answered questions out of Open Questions, and keep every decision and "
+                 "per-person fact that still holds.")
+
+
+def _with_previous_and_focus(lines: list[str], previous_summary: str | None, focus_topic: str | None,
+                             auto_focus: bool, template: str, middle_text: str, *, update: str = _TASK_UPDATE) -> str:
     if previous_summary:
         lines += [
             "",
-            "A PREVIOUS SUMMARY exists. UPDATE it with the new turns rather than starting over: move finished "
-            "in-progress items to Completed Actions, answered questions to Resolved Questions, keep what is still "
-            "valid, and drop what is stale.",
+            update,
             "",
             "PREVIOUS SUMMARY:",
             redact_secrets(previous_summary),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Mapping
+from functools import partial
 from typing import Any
 
 import httpx
@@ -15,7 +16,7 @@ from agent.llm.anthropic_format import (
     to_anthropic_messages,
     tools_to_anthropic,
 )
-from agent.llm.base import Completion
+from agent.llm.base import Completion, TextProgress
 from agent.llm.caching import apply_cache_markers
 from agent.llm.classify import classify_http_error, status_for_error_type
 from agent.llm.errors import BadResponse, NetworkError
@@ -93,7 +94,8 @@ class AnthropicProvider(HttpProvider):
     async def _complete_once(self, request: Request) -> Completion:
         body = self.build_body(request)
         if request.stream:
-            return await self._transport.post_sse("/v1/messages", body, self._consume_stream)
+            return await self._transport.post_sse("/v1/messages", body,
+                                                  partial(self._consume_stream, on_text=request.on_text))
         return self._parse_reply(await self._transport.post_json("/v1/messages", body))
 
     def _raise_error_object(self, data: Mapping[str, Any]) -> None:
@@ -124,7 +126,8 @@ class AnthropicProvider(HttpProvider):
         blocks = [b for b in content if isinstance(b, Mapping)]
         return self._finish(blocks, data.get("stop_reason"), data.get("usage"), None, data.get("model"))
 
-    async def _consume_stream(self, events: AsyncIterator[SSEEvent]) -> Completion:
+    async def _consume_stream(self, events: AsyncIterator[SSEEvent], on_text: TextProgress | None = None
+                              ) -> Completion:
         blocks: dict[int, dict[str, Any]] = {}
         partial_json: dict[int, list[str]] = {}
         usage: dict[str, Any] = {}
@@ -144,6 +147,9 @@ class AnthropicProvider(HttpProvider):
                 partial_json[index] = []
             elif kind == "content_block_delta":
                 self._apply_delta(blocks, partial_json, data)
+                if on_text is not None and (data.get("delta") or {}).get("type") == "text_delta":
+                    await on_text("".join(str(blocks[i].get("text") or "") for i in sorted(blocks)
+                                          if blocks[i].get("type") == "text"))
             elif kind == "content_block_stop":
                 self._close_block(blocks, partial_json, int(data.get("index", -1)))
             elif kind == "message_delta":

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Completion", "Provider", "Usage"]
+__all__ = ["Completion", "Provider", "TextProgress", "Usage"]
+
+# Called while a reply streams in, with its visible text so far (a retried request starts again from "").
+TextProgress = Callable[[str], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,8 +78,12 @@ class Provider(ABC):
         model: str | None = None,
         stream: bool = False,
         temperature: float | None = None,
+        on_text: TextProgress | None = None,
     ) -> Completion:
-        """Run one chat completion and return the reply; raise an LLMError on failure."""
+        """Run one chat completion and return the reply; raise an LLMError on failure.
+
+        With ``stream`` the reply arrives over SSE and ``on_text`` (if given) hears its text as it grows.
+        """
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook, default does nothing
         """Release connections the provider owns (idempotent)."""

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from agent.llm.base import Completion, Provider
+from agent.llm.base import Completion, Provider, TextProgress
 from agent.llm.caching import caching_enabled_for, validate_cache_ttl
 from agent.llm.errors import AuthError
 from agent.llm.retry import RetryPolicy
@@ -31,6 +31,7 @@ class Request:
     model: str
     stream: bool
     temperature: float | None
+    on_text: TextProgress | None = None
 
 
 class HttpProvider(Provider):
@@ -107,11 +108,12 @@ class HttpProvider(Provider):
         model: str | None = None,
         stream: bool = False,
         temperature: float | None = None,
+        on_text: TextProgress | None = None,
     ) -> Completion:
         """Run one chat completion, retrying rate limits, timeouts and 5xx within the retry policy."""
         if self._require_api_key and not self._api_key:
             raise AuthError(f"no API key configured for provider {self.name!r}", provider=self.name)
-        request = Request(messages, system, tools, max_tokens, model or self.model, stream, temperature)
+        request = Request(messages, system, tools, max_tokens, model or self.model, stream, temperature, on_text)
         return await self._retry.run(lambda: self._complete_once(request), label=f"{self.name} completion")
 
     async def aclose(self) -> None:

@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import httpx
 
-from agent.llm.base import Completion, Usage
+from agent.llm.base import Completion, TextProgress, Usage
 from agent.llm.caching import apply_cache_markers
 from agent.llm.classify import classify_http_error
 from agent.llm.errors import BadResponse, NetworkError
@@ -81,7 +82,8 @@ class OpenAICompatProvider(HttpProvider):
     async def _complete_once(self, request: Request) -> Completion:
         body = self.build_body(request)
         if request.stream:
-            return await self._transport.post_sse("/chat/completions", body, self._consume_stream)
+            return await self._transport.post_sse("/chat/completions", body,
+                                                  partial(self._consume_stream, on_text=request.on_text))
         return self._parse_reply(await self._transport.post_json("/chat/completions", body))
 
     def _raise_embedded_error(self, data: Mapping[str, Any]) -> None:
@@ -115,7 +117,8 @@ class OpenAICompatProvider(HttpProvider):
         return Completion(message=message, usage=usage, finish_reason=finish_reason,
                           model=model if isinstance(model, str) else None)
 
-    async def _consume_stream(self, events: AsyncIterator[SSEEvent]) -> Completion:
+    async def _consume_stream(self, events: AsyncIterator[SSEEvent], on_text: TextProgress | None = None
+                              ) -> Completion:
         text: list[str] = []
         calls: dict[int, dict[str, Any]] = {}
         finish_reason: str | None = None
@@ -132,8 +135,10 @@ class OpenAICompatProvider(HttpProvider):
                 usage = parse_openai_usage(chunk["usage"])
             for choice in chunk.get("choices") or ():
                 delta = choice.get("delta") or {}
-                if isinstance(delta.get("content"), str):
+                if isinstance(delta.get("content"), str) and delta["content"]:
                     text.append(delta["content"])
+                    if on_text is not None:
+                        await on_text("".join(text))
                 for piece in delta.get("tool_calls") or ():
                     _merge_call_delta(calls, piece)
                 finish_reason = choice.get("finish_reason") or finish_reason

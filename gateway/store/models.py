@@ -25,7 +25,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
-__all__ = ["Base", "CompactionRow", "MessageRow", "SessionRow", "UTCDateTime"]
+__all__ = ["Base", "ChatSettingRow", "CompactionRow", "MessageRow", "SessionRow", "UTCDateTime"]
 
 # SQLite only auto-increments an INTEGER PRIMARY KEY (the rowid alias), which FTS5 also keys on.
 _BigId = BigInteger().with_variant(Integer(), "sqlite")
@@ -138,3 +138,14 @@ class CompactionRow(Base):
     tokens_before: Mapped[int] = mapped_column(BigInteger)
     tokens_after: Mapped[int] = mapped_column(BigInteger)
     carried: Mapped[int] = mapped_column(Integer)
+
+
+class ChatSettingRow(Base):
+    """A value set through a chat command that must outlive the process: a chat's persona, a paired user."""
+
+    __tablename__ = "chat_settings"
+
+    scope: Mapped[str] = mapped_column(String(255), primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())

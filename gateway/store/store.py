@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from gateway.store.chat_settings import ChatSettingsRepository
 from gateway.store.compaction import CompactionRepository
 from gateway.store.database import create_engine
 from gateway.store.messages import MessageRepository
@@ -15,7 +16,8 @@ __all__ = ["Store"]
 
 
 class Store:
-    """The session store. ``store.sessions``, ``store.messages``, ``store.compactions``, ``store.search``.
+    """The session store. ``store.sessions``, ``store.messages``, ``store.compactions``, ``store.search``,
+    ``store.chat_settings``.
 
     Open with ``await Store.open(url)`` (migrates the database first unless ``migrate=False``) and close
     with ``await store.aclose()`` (idempotent), or use ``async with await Store.open(url) as store``.
@@ -26,6 +28,7 @@ class Store:
         self.sessions = SessionRepository(engine)
         self.messages = MessageRepository(engine)
         self.compactions = CompactionRepository(engine)
+        self.chat_settings = ChatSettingsRepository(engine)
         self._search = MessageSearch(engine)
         self.search = self._search.search
         self._closed = False

@@ -22,7 +22,7 @@ async def test_a_hanging_summary_model_is_cut_off_at_the_compaction_deadline(fak
 
     def respond(body: dict) -> Reply:
         if SUMMARIZER_SYSTEM in str(body.get("messages")):
-            return Reply("## Goal\n" + "slow " * 300, trickle=0.5)  # never finishes in time
+            return Reply("## Goal\n" + "slow " * 300, trickle=0.5, chunk_delay=0.5, text_pieces=20)  # never in time
         return Reply(next(chat_answers, "again"))
 
     fake_llm.responder = respond

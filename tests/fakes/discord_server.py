@@ -48,6 +48,16 @@ class SentMessage:
 
 
 @dataclass
+class MessageEdit:
+    """One edit of a message the bot posted (PATCH /channels/{channel}/messages/{message})."""
+
+    message_id: int
+    channel_id: int
+    content: str
+    at: float
+
+
+@dataclass
 class InteractionReply:
     """One message the bot posted through an interaction's webhook: the original response or a followup."""
 
@@ -84,6 +94,9 @@ class FakeDiscord:
     synced_commands: list[dict[str, Any]] | None = None
     interaction_callbacks: list[dict[str, Any]] = field(default_factory=list)
     interaction_replies: list[InteractionReply] = field(default_factory=list)
+    edits: list[MessageEdit] = field(default_factory=list)
+    # Messages a moderator deleted: editing them answers 404 Unknown Message.
+    deleted_messages: set[int] = field(default_factory=set)
     command_sync_status: int = 200
     interaction_callback_status: int = 200
     port: int = 0
@@ -104,6 +117,7 @@ class FakeDiscord:
         app.router.add_get("/api/v10/users/@me", self._me)
         app.router.add_get("/api/v10/oauth2/applications/@me", self._application)
         app.router.add_post("/api/v10/channels/{channel_id}/messages", self._create_message)
+        app.router.add_patch("/api/v10/channels/{channel_id}/messages/{message_id}", self._edit_message)
         app.router.add_post("/api/v10/channels/{channel_id}/typing", self._typing)
         app.router.add_put("/api/v10/applications/{app_id}/commands", self._sync_commands)
         app.router.add_post("/api/v10/interactions/{interaction_id}/{token}/callback", self._interaction_callback)
@@ -300,11 +314,30 @@ class FakeDiscord:
             return self._json(request, {"message": "Invalid Form Body", "code": 50035}, status=400)
         reference = body.get("message_reference") or {}
         self._next_id += 1
+        message_id = self._next_id
         self.sent_messages.append(SentMessage(
-            self._next_id, channel_id, content, int(reference["message_id"]) if reference else None,
+            message_id, channel_id, content, int(reference["message_id"]) if reference else None,
             body.get("allowed_mentions"), time.monotonic()))
         message = self.make_message(content, channel_id=channel_id)
-        message.update({"id": str(self._next_id), "author": _user(BOT_ID, "testbot", bot=True), "mentions": []})
+        message.update({"id": str(message_id), "author": _user(BOT_ID, "testbot", bot=True), "mentions": []})
+        return self._json(request, message)
+
+    async def _edit_message(self, request: web.Request) -> web.Response:
+        limited = self._rate_limited(request, "edits")
+        if limited is not None:
+            return limited
+        message_id = int(request.match_info["message_id"])
+        sent = next((m for m in self.sent_messages if m.message_id == message_id), None)
+        if sent is None or message_id in self.deleted_messages:
+            return self._json(request, {"message": "Unknown Message", "code": 10008}, status=404)
+        content = str((await request.json()).get("content") or "")
+        if not content.strip() or len(content) > TEXT_LIMIT:
+            return self._json(request, {"message": "Invalid Form Body", "code": 50035}, status=400)
+        sent.content = content
+        self.edits.append(MessageEdit(message_id, sent.channel_id, content, time.monotonic()))
+        message = self.make_message(content, channel_id=sent.channel_id)
+        message.update({"id": str(message_id), "author": _user(BOT_ID, "testbot", bot=True), "mentions": [],
+                        "edited_timestamp": "2025-01-01T00:00:01+00:00"})
         return self._json(request, message)
 
     async def _typing(self, request: web.Request) -> web.Response:

@@ -157,10 +157,12 @@ class FakeLLMServer:
     # ----- scripting -------------------------------------------------------------------------------------
     def reply(self, text: str = "ok", *, usage: Mapping[str, int] | None = None,
               tool_calls: Sequence[Mapping[str, Any]] | None = None, finish_reason: str | None = None,
-              delay: float = 0.0, trickle: float = 0.0) -> None:
-        """Queue a successful reply; ``tool_calls`` items are {"name", "arguments": dict|str, "id"?};
-        ``trickle`` sends it piece by piece with that many seconds between pieces."""
-        self._script.append(Reply(text, tool_calls, usage, finish_reason, delay, trickle=trickle))
+              delay: float = 0.0, chunk_delay: float = 0.0, text_pieces: int = 3, trickle: float = 0.0) -> None:
+        """Queue a successful reply; ``tool_calls`` items are {"name", "arguments": dict|str, "id"?}. A streamed
+        reply comes in ``text_pieces`` pieces, ``chunk_delay`` seconds apart; a JSON one with ``trickle`` in
+        64-byte pieces that many seconds apart."""
+        self._script.append(Reply(text, tool_calls, usage, finish_reason, delay, chunk_delay=chunk_delay,
+                                  text_pieces=text_pieces, trickle=trickle))
 
     def fail(self, kind: str, *, times: int = 1, delay: float = 0.0, **params: Any) -> None:
         """Queue ``times`` failures of a kind: context_overflow, context_output, llamacpp_context,
@@ -305,13 +307,13 @@ class FakeLLMServer:
         for sent, (name, data) in enumerate(events):
             if reply.drop_after_chunks is not None and sent >= reply.drop_after_chunks:
                 return await self._drop(request)
+            if sent:
+                await self._pause(reply.chunk_delay)
             await response.write(_sse(name, data))
-            await self._pause(reply.trickle)
         if not reply.omit_end and not reply.stream_error:
             await response.write(_sse(*end))
         await response.write_eof()
         return response
-
 
     async def _trickle_json(self, request: web.Request, payload: Any, every: float) -> web.StreamResponse:
         body = json.dumps(payload).encode()

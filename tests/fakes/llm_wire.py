@@ -38,8 +38,12 @@ class Reply:
     drop_after_chunks: int | None = None
     omit_end: bool = False
     stream_error: str | None = None
-    # Seconds between stream events, or between 8-byte pieces of a JSON body: a server that never stalls
-    # long enough for a read timeout but never finishes either.
+    # Seconds between streamed events (a slow model whose answer grows visibly).
+    chunk_delay: float = 0.0
+    # How many pieces the text streams in.
+    text_pieces: int = 3
+    # Seconds between 64-byte pieces of a JSON (not streamed) body: a server that never stalls long enough
+    # for a read timeout but never finishes either.
     trickle: float = 0.0
 
     def calls(self) -> list[dict[str, Any]]:
@@ -226,7 +230,8 @@ def openai_chunks(reply: Reply, model: str, usage: Mapping[str, int] | None, seq
     base = {"id": f"chatcmpl-fake-{seq}", "object": "chat.completion.chunk", "created": int(time.time()),
             "model": model}
     chunks = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}]
-    chunks += [{**base, "choices": [{"index": 0, "delta": {"content": p}}]} for p in _pieces(reply.text)]
+    chunks += [{**base, "choices": [{"index": 0, "delta": {"content": p}}]}
+               for p in _pieces(reply.text, reply.text_pieces)]
     for i, call in enumerate(reply.calls()):
         head = {"index": i, "id": call["id"], "type": "function", "function": {"name": call["name"], "arguments": ""}}
         chunks.append({**base, "choices": [{"index": 0, "delta": {"tool_calls": [head]}}]})
@@ -274,7 +279,7 @@ def anthropic_events(reply: Reply, model: str, usage: Mapping[str, int], seq: in
             events.append(("ping", {"type": "ping"}))
             events += [("content_block_delta", {"type": "content_block_delta", "index": index,
                                                 "delta": {"type": "text_delta", "text": p}})
-                       for p in _pieces(block["text"])]
+                       for p in _pieces(block["text"], reply.text_pieces)]
         else:
             events.append(("content_block_start", {"type": "content_block_start", "index": index, "content_block": {
                 "type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}}))

@@ -69,6 +69,8 @@ class FakeTelegram:
     blocked_chats: set[str] = field(default_factory=set)
     # False: photos and getFile carry no file_size (Telegram may omit it), so only the bytes tell the size.
     declare_file_sizes: bool = True
+    # Messages deleted in the chat: editing them answers 400 "message to edit not found".
+    deleted_messages: set[int] = field(default_factory=set)
     port: int = 0
 
     def __post_init__(self) -> None:
@@ -274,9 +276,31 @@ class FakeTelegram:
                     "from": self._bot_user()})
 
     async def _m_editMessageText(self, params: dict[str, Any]) -> web.Response:
-        self.edits.append(params)
-        return _ok({"message_id": int(params.get("message_id", 0)), "date": int(time.time()),
-                    "text": params.get("text", ""), "chat": {"id": int(params.get("chat_id", 0)), "type": "private"}})
+        """Edit a message the bot sent (its ``text``/``visible_text`` change; ``edits`` keeps each edit)."""
+        self.edits.append({**params, "at": time.monotonic()})
+        message_id = int(params.get("message_id", 0))
+        sent = next((m for m in self.sent_messages if m.message_id == message_id
+                     and m.chat_id == str(params.get("chat_id"))), None)
+        if sent is None or message_id in self.deleted_messages:
+            return _error(400, "Bad Request: message to edit not found")
+        text, parse_mode = str(params.get("text", "")), params.get("parse_mode") or None
+        visible = text
+        if parse_mode == "HTML":
+            try:
+                visible = telegram_html_text(text)
+            except ValueError as exc:
+                return _error(400, f"Bad Request: can't parse entities: {exc}")
+        if not visible.strip():
+            return _error(400, "Bad Request: message text is empty")
+        if utf16_units(visible) > TEXT_LIMIT:
+            return _error(400, "Bad Request: MESSAGE_TOO_LONG")
+        if text == sent.text and parse_mode == sent.parse_mode:
+            return _error(400, "Bad Request: message is not modified: specified new message content and reply "
+                               "markup are exactly the same as a current content and reply markup of the message")
+        sent.text, sent.parse_mode, sent.visible_text = text, parse_mode, visible
+        return _ok({"message_id": message_id, "date": int(time.time()), "edit_date": int(time.time()),
+                    "text": visible, "chat": {"id": int(params.get("chat_id", 0)), "type": "supergroup",
+                                              "title": "Test chat"}, "from": self._bot_user()})
 
     async def _m_sendChatAction(self, params: dict[str, Any]) -> web.Response:
         self.chat_actions.append({**params, "at": time.monotonic()})

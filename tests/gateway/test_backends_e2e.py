@@ -26,8 +26,9 @@ async def private_postgres(postgres_url: str) -> AsyncIterator[str]:
 
 async def test_postgres_and_redis_serve_queue_and_compress(private_postgres: str, redis_url: str,
                                                            fake_llm: FakeLLMServer, tmp_path: Path) -> None:
+    # Thirty messages queue behind one another at once: room for all of them (limits.session_queue_depth).
     settings = make_settings(fake_llm, tmp_path, llm={"context_length": 8_000},
-                             storage={"database_url": private_postgres})
+                             storage={"database_url": private_postgres}, limits={"session_queue_depth": 30})
     locks = RedisLocks.from_url(redis_url, prefix=f"concord:test:{uuid.uuid4().hex[:8]}:")
     adapter = ScriptedAdapter()
     gateway = Gateway(await build_runtime(settings, locks=locks), [adapter])

@@ -32,7 +32,7 @@ async def test_a_trickling_answer_ends_at_the_deadline_and_the_chat_stays_usable
 ) -> None:
     get_counter()
     _, adapter = await gateway_factory(llm={"timeout_seconds": 1.0})
-    fake_llm.reply(words(300), trickle=0.4)
+    fake_llm.reply(words(300), trickle=0.4, chunk_delay=0.4, text_pieces=20)
     started = time.monotonic()
     await adapter.say("tell me a story")
     assert time.monotonic() - started < 4

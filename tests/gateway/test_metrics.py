@@ -95,8 +95,11 @@ async def test_stats_after_turns_hygiene_and_compress_shows_the_right_counts(
     saved = sum(r.tokens_before - r.tokens_after for r in logged)
     assert stats[6] == f"Compressions: 2 · saved {saved:,} tokens · aborted 0 · static fallback 0"
     hygiene_pct, manual_pct = (round(r.savings_pct) for r in logged)
-    assert stats[7:] == [f"  hygiene: tokens — 1 (avg {hygiene_pct}% saved)",
-                         f"  manual /compress — 1 (avg {manual_pct}% saved)"]
+    assert stats[7:9] == [f"  hygiene: tokens — 1 (avg {hygiene_pct}% saved)",
+                          f"  manual /compress — 1 (avg {manual_pct}% saved)"]
+    # Budgets count the agent's own calls (what a user's message cost), not the hygiene summary's.
+    spent = sum(u["prompt_tokens"] + u["completion_tokens"] for kind, u in reported if kind == "chat")
+    assert stats[9:] == [f"Top spenders today: discord:u1 {spent:,}"]
     manual = logged[1]
     assert manual_reply == (f"Compressed: {manual.messages_before:,} → {manual.messages_after:,} messages, "
                             f"{manual.tokens_before:,} → {manual.tokens_after:,} tokens ({manual_pct}% saved).")

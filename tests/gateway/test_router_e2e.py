@@ -24,7 +24,7 @@ async def test_dm_is_answered_and_persisted(gateway_factory: GatewayFactory, fak
 
 async def test_group_answers_only_when_addressed_and_keeps_bounded_tagged_context(
         gateway_factory: GatewayFactory, fake_llm: FakeLLMServer) -> None:
-    _gateway, adapter = await gateway_factory(gateway={"group_context_limit": 2})
+    _gateway, adapter = await gateway_factory(gateway={"group_history": "addressed", "group_context_limit": 2})
     group = {"chat_type": "group", "chat_id": "g1"}
     await adapter.say("lunch?", user_name="Bob", **group)
     await adapter.say("pizza", user_name="Cy", **group)

@@ -22,7 +22,7 @@ async def test_a_trickling_reply_ends_at_the_deadline_and_is_not_repeated(
     fake_llm: FakeLLMServer, make_provider: MakeProvider, api: str, stream: bool
 ) -> None:
     get_counter()  # the fake counts tokens before answering: load the tokenizer outside the deadline
-    fake_llm.reply("word " * 400, trickle=0.4)
+    fake_llm.reply("word " * 400, trickle=0.4, chunk_delay=0.4, text_pieces=20)
     fake_llm.reply("on time")
     provider = make_provider(api, timeout=1.0)
     started = time.monotonic()

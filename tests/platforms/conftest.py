@@ -81,8 +81,9 @@ async def make_platforms(fake_discord: FakeDiscord, fake_telegram: FakeTelegram,
             # A small window, so a few dozen stored messages are enough history for /compress to act on.
             "llm": {"context_length": 8_000},
             "gateway": {"admins": [f"discord:{DISCORD_ADMIN}", f"telegram:{TELEGRAM_ADMIN}"]},
-            "discord": {"token": fake_discord.token, "admin_role_ids": [str(ADMIN_ROLE_ID)]},
-            "telegram": {"token": fake_telegram.token, "api_base_url": fake_telegram.api_root},
+            # Streaming off unless a test turns it on: a reply is then one message with its final text.
+            "discord": {"token": fake_discord.token, "admin_role_ids": [str(ADMIN_ROLE_ID)], "streaming": False},
+            "telegram": {"token": fake_telegram.token, "api_base_url": fake_telegram.api_root, "streaming": False},
         }
         for name, values in sections.items():
             base[name] = {**base.get(name, {}), **values}
