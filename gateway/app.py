@@ -23,14 +23,17 @@ from typing import Any
 from rich.progress import Progress as RichProgress
 
 from adapters.base import Adapter
-from adapters.console import ConsoleAdapter
+from adapters.console import ConsoleAdapter, input_is_empty
 from agent.compression.engine import ContextEngine, resolve_engine_factory
 from agent.compression.threshold import output_reserve
 from agent.llm.base import Provider
 from agent.llm.models import build_provider, build_provider_from_spec, context_length_for, resolve_auxiliary
 from agent.memory import FileMemoryProvider, MemoryProvider
 from agent.tokens import get_counter
+from gateway.commands import StatusFigures, status_figures
 from gateway.config import Settings
+from gateway.data_dir import ensure_data_dir, hold_sqlite_lock, sqlite_path
+from gateway.heartbeat import beat
 from gateway.keys import SessionKey
 from gateway.limit_backends import InProcessLimits, LimitBackend, RedisLimits
 from gateway.locks import InProcessLocks, LockBackend, RedisLocks
@@ -51,6 +54,7 @@ __all__ = [
     "print_sweep_report",
     "run_gateway",
     "run_sweep",
+    "session_status",
     "summary_deadline_seconds",
     "summary_provider_for",
 ]
@@ -61,6 +65,8 @@ EXIT_NOT_CONFIGURED = 2
 # A platform could not be reached at start-up or its connection cannot be recovered: exit so that the service
 # manager (systemd Restart=on-failure, docker restart policies) starts a fresh process.
 EXIT_PLATFORM_FAILED = 1
+NO_PLATFORM_HELP = ("concord: no platform is configured (set CONCORD_DISCORD__TOKEN or CONCORD_TELEGRAM__TOKEN) "
+                    "and stdin gave no input for the console; run it in a terminal or pipe messages in")
 SHUTDOWN_GRACE_SECONDS = 30.0
 
 
@@ -155,7 +161,7 @@ def _memory_factory(settings: Settings) -> Callable[[SessionKey, str | None], Me
 
 async def _open_store(settings: Settings) -> Store:
     if settings.storage.database_url is None:
-        settings.storage.data_dir.mkdir(parents=True, exist_ok=True)
+        ensure_data_dir(settings.storage.data_dir)
     return await Store.open(settings.storage.url)
 
 
@@ -202,7 +208,8 @@ def build_adapters(settings: Settings) -> list[Adapter]:
         d = settings.discord
         adapters.append(DiscordAdapter(DiscordSettings(
             token=discord_token, allow_bots=d.allow_bots, admin_role_ids=tuple(int(i) for i in d.admin_role_ids),
-            admin_role_names=tuple(d.admin_role_names), slash_commands=d.slash_commands, streaming=d.streaming)))
+            admin_role_names=tuple(d.admin_role_names), slash_commands=d.slash_commands, streaming=d.streaming,
+            max_image_bytes=d.max_image_bytes, drain_seconds=d.drain_seconds)))
     telegram_token = _secret(settings.telegram.token)
     if telegram_token:
         from adapters.telegram_adapter import TelegramAdapter, TelegramSettings
@@ -210,11 +217,13 @@ def build_adapters(settings: Settings) -> list[Adapter]:
         t = settings.telegram
         adapters.append(TelegramAdapter(TelegramSettings(
             token=telegram_token, api_base_url=t.api_base_url, mode=t.mode, webhook_url=t.webhook_url,
-            webhook_listen=t.webhook_listen, webhook_port=t.webhook_port,
+            webhook_listen=t.webhook_listen, webhook_port=t.webhook_port, webhook_path=t.webhook_path,
             webhook_secret=_secret(t.webhook_secret), check_chat_admins=t.check_chat_admins,
-            parse_mode=t.parse_mode, streaming=t.streaming)))
+            admin_cache_seconds=t.admin_cache_seconds, drain_seconds=t.drain_seconds, parse_mode=t.parse_mode,
+            streaming=t.streaming)))
     if not adapters:
-        adapters.append(ConsoleAdapter(bot_name=settings.gateway.bot_name))
+        adapters.append(ConsoleAdapter(bot_name=settings.gateway.bot_name,
+                                       history_path=settings.storage.data_dir / "console_history"))
     return adapters
 
 
@@ -229,6 +238,7 @@ class Gateway:
     scheduler: GatewayScheduler = field(init=False)
     _started: list[Adapter] = field(init=False, default_factory=list)
     _closed: bool = field(init=False, default=False)
+    _heartbeat: asyncio.Task[None] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.sessions = SessionManager(self.rt)
@@ -241,7 +251,12 @@ class Gateway:
     async def start(self) -> None:
         """Start the scheduler and connect every adapter."""
         self.scheduler.start()
+        heartbeat = self.rt.settings.gateway.heartbeat_file
+        if heartbeat is not None:
+            self._heartbeat = asyncio.create_task(beat(heartbeat), name="heartbeat")
         for adapter in self.adapters:
+            if isinstance(adapter, ConsoleAdapter):
+                adapter.on_interrupt = self.router.cancel
             await adapter.start(partial(self.router.handle, adapter=adapter))
             self._started.append(adapter)
             log.info("adapter %s started", adapter.name)
@@ -272,6 +287,9 @@ class Gateway:
         if self._closed:
             return
         self._closed = True
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            await asyncio.gather(self._heartbeat, return_exceptions=True)
         await self.scheduler.aclose()
         # Intake stops first: a message fetched now could no longer be handled, and Telegram would count it
         # as delivered. Adapters keep sending, so the turns in flight still answer.
@@ -284,10 +302,7 @@ class Gateway:
         for adapter in reversed(self._started):
             with contextlib.suppress(Exception):
                 await adapter.stop()
-        await self.rt.provider.aclose()
-        await self.rt.locks.aclose()
-        await self.rt.limits.aclose()
-        await self.rt.store.aclose()
+        await _close_runtime(self.rt)
 
 
 async def run_gateway(settings: Settings) -> int:
@@ -295,7 +310,31 @@ async def run_gateway(settings: Settings) -> int:
     if not settings.llm.configured:
         print(llm_setup_help(), file=sys.stderr)
         return EXIT_NOT_CONFIGURED
-    gateway = Gateway(await build_runtime(settings), build_adapters(settings))
+    database = sqlite_path(settings.storage.url)
+    with contextlib.ExitStack() as held:
+        if database is not None and settings.redis.url is None:
+            ensure_data_dir(database.parent)
+            held.enter_context(hold_sqlite_lock(database))
+        runtime = await build_runtime(settings)
+        adapters = build_adapters(settings)
+        if any(isinstance(a, ConsoleAdapter) for a in adapters) and input_is_empty():
+            # Under Docker or systemd stdin is /dev/null: a clean exit there would only be restarted, silently.
+            await _close_runtime(runtime)
+            print(NO_PLATFORM_HELP, file=sys.stderr)
+            return EXIT_NOT_CONFIGURED
+        return await _serve(Gateway(runtime, adapters))
+
+
+async def _close_runtime(rt: Runtime) -> None:
+    await rt.provider.aclose()
+    await rt.locks.aclose()
+    await rt.limits.aclose()
+    await rt.store.aclose()
+
+
+async def _serve(gateway: Gateway) -> int:
+    """Run ``gateway`` until a signal or the console's end; exit 2 when the console never got a line, 1 when a
+    platform cannot be reached at start-up or its connection cannot be recovered."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -325,6 +364,11 @@ async def run_gateway(settings: Settings) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(sig)
+    if not stop.is_set() and any(isinstance(a, ConsoleAdapter) and not a.interactive and not a.received_input
+                                 for a in gateway.adapters):
+        # A pipe that closed without a line (`true | concord run`): nobody is there either.
+        print(NO_PLATFORM_HELP, file=sys.stderr)
+        return EXIT_NOT_CONFIGURED
     return status
 
 
@@ -343,10 +387,23 @@ async def run_sweep(settings: Settings, dry_run: bool = False, *, show_progress:
             return await sweep(sessions, dry_run=dry_run,
                                progress=lambda done, total: bar.update(task, completed=done, total=total))
     finally:
+        await _close_runtime(rt)
+
+
+async def session_status(settings: Settings, store: Store, session_id: str) -> StatusFigures:
+    """The /status figures of a stored session, computed exactly as the chat computes them (``sessions show``).
+
+    Needs no LLM: the window, thresholds and counts come from the settings and the store.
+    """
+    rt = await build_runtime(settings, provider=None if settings.llm.configured else _NoProvider(), store=store,
+                             locks=InProcessLocks())
+    try:
+        record = await store.sessions.require(session_id)
+        sessions = SessionManager(rt)
+        return status_figures(sessions, await sessions.attach(record, None, remember=False))
+    finally:
         await rt.provider.aclose()
-        await rt.locks.aclose()
-        await rt.limits.aclose()
-        await rt.store.aclose()
+        await rt.limits.aclose()  # the store is the caller's
 
 
 class _NoProvider(Provider):

@@ -6,9 +6,13 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, NoReturn
+
+from sqlalchemy.exc import SQLAlchemyError
 
 from agent.compression.engine import EngineNotFound
 from agent.compression.feasibility import SummaryModelTooSmall
@@ -16,12 +20,26 @@ from agent.llm.base import Provider
 from agent.transcript import MalformedTranscript, read_transcript_file
 from gateway.cli_store import add_store_commands
 from gateway.config import ConfigError, Settings, load_settings, masked_dump
+from gateway.data_dir import ensure_data_dir
 from gateway.store import StorageUnavailable
+from gateway.store.migrate import first_line
 
 __all__ = ["build_parser", "main"]
 
+# Documented in README.md ("Exit codes"): 1 aborted or not found, 2 bad input or configuration, 3 storage.
 EXIT_USAGE = 2
 EXIT_UNAVAILABLE = 3
+EXIT_UNHEALTHY = 1
+# What a shell reports for a command stopped by Ctrl-C, or killed by SIGPIPE (`concord sessions export ID | head`).
+EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
+
+
+class CliParser(argparse.ArgumentParser):
+    """argparse with its usage errors on one line (exit 2), pointing at ``--help`` instead of the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _cmd_config_check(args: argparse.Namespace) -> int:
@@ -61,22 +79,53 @@ def _cmd_tokens(args: argparse.Namespace) -> int:
     return 0
 
 
-def _configure_logging(settings: Settings) -> None:
-    # stderr, so logs never mix with the console chat or JSONL written to stdout.
+class _CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is now: the console's prompt swaps in a proxy that prints above it."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
+
+
+def _configure_logging(settings: Settings, *, log_file: Path | None = None) -> None:
+    """Logs to stderr; with ``log_file`` (the interactive console) everything goes there and stderr only
+    shows WARNING and up, so INFO lines never interrupt the chat."""
     fmt = ('{"time":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","message":"%(message)s"}'
            if settings.logging.json_logs else "%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.basicConfig(level=settings.logging.level, format=fmt, stream=sys.stderr)
+    stderr = _CurrentStderr()
+    handlers: list[logging.Handler] = [stderr]
+    if log_file is not None:
+        stderr.setLevel(logging.WARNING)
+        try:
+            handlers.append(logging.FileHandler(log_file, encoding="utf-8"))
+        except OSError as exc:
+            print(f"concord: cannot write the log file {log_file} ({exc.strerror}); only warnings are shown",
+                  file=sys.stderr)
+    logging.basicConfig(level=settings.logging.level, format=fmt, handlers=handlers)
     if settings.logging.level != "DEBUG":
         # Per-request and per-job chatter from libraries drowns the console chat; keep their warnings.
         for noisy in ("httpx", "alembic", "apscheduler", "discord.gateway", "telegram.ext"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+def _console_log_file(settings: Settings) -> Path | None:
+    """Where logs go while the interactive console is in use (None: no console, or not a terminal)."""
+    from adapters.console import is_terminal
+
+    if settings.discord.token or settings.telegram.token or not is_terminal():
+        return None
+    return ensure_data_dir(settings.storage.data_dir) / "concord.log"
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from gateway.app import run_gateway
 
     settings = load_settings()
-    _configure_logging(settings)
+    _configure_logging(settings, log_file=_console_log_file(settings))
     try:
         return asyncio.run(run_gateway(settings))
     except (EngineNotFound, SummaryModelTooSmall) as exc:
@@ -116,38 +165,87 @@ def _cmd_compress(args: argparse.Namespace) -> int:
     return run_compress_command(args, provider_factory=summary_provider)
 
 
+def _cmd_health(args: argparse.Namespace) -> int:
+    from gateway.heartbeat import heartbeat_age
+
+    path = load_settings().gateway.heartbeat_file
+    if path is None:
+        print("concord: gateway.heartbeat_file is not set, so there is nothing to check", file=sys.stderr)
+        return EXIT_USAGE
+    age = heartbeat_age(path)
+    if age is None or age > args.max_age:
+        state = "missing" if age is None else f"{age:.0f} s old"
+        print(f"concord: unhealthy: heartbeat {path} is {state} (limit {args.max_age:g} s)", file=sys.stderr)
+        return EXIT_UNHEALTHY
+    print(f"healthy: heartbeat {age:.0f} s old")
+    return 0
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value <= 86_400:
+        raise argparse.ArgumentTypeError("must be between 0 and 86400 seconds")
+    return value
+
+
+RUN_DESCRIPTION = """Start the gateway: every platform with a token configured (Discord, Telegram), or, when none
+is, a console chat in this terminal (Enter sends, Alt+Enter adds a line, Ctrl-C cancels an answer, twice
+quits; logs go to <data_dir>/concord.log meanwhile). Piped stdin is read one message per line; a stdin that
+is empty from the start, with no platform configured, exits 2. Stops cleanly on SIGINT/SIGTERM, letting
+turns in flight finish. Exit codes: 0 stopped, 2 configuration, 3 storage (another `concord run` holds the
+SQLite database, or the database cannot be opened)."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every ``concord`` subcommand."""
-    parser = argparse.ArgumentParser(prog="concord", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = CliParser(prog="concord", description=__doc__,
+                       epilog="Exit codes: 0 ok, 1 aborted / not found / unhealthy, 2 bad input or configuration, "
+                              "3 storage unavailable, 130 interrupted (Ctrl-C), 141 output pipe closed.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="what to do")
 
-    config = sub.add_parser("config", help="inspect the configuration")
-    config_sub = config.add_subparsers(dest="config_command", required=True)
-    config_sub.add_parser("check", help="validate and print the effective config (secrets masked)").set_defaults(
+    config = sub.add_parser("config", help="inspect the configuration", description="Inspect the configuration.")
+    config_sub = config.add_subparsers(dest="config_command", required=True, metavar="ACTION",
+                                       help="what to do with it")
+    config_sub.add_parser("check", help="validate and print the effective config (secrets masked)",
+                          description="Validate the configuration (config.yaml, .env, CONCORD_* variables) and "
+                                      "print it with secrets masked; exit 2 naming every bad key.").set_defaults(
         func=_cmd_config_check)
 
-    tokens = sub.add_parser("tokens", help="count the tokens of an OpenAI-format JSONL transcript")
-    tokens.add_argument("file")
-    tokens.add_argument("--encoding", default="o200k_base", choices=["o200k_base", "cl100k_base"])
+    tokens = sub.add_parser("tokens", help="count the tokens of an OpenAI-format JSONL transcript",
+                            description="Count the tokens of an OpenAI-format JSONL transcript, exactly (tiktoken, "
+                                        "offline) and with the rough chars/4 estimate. Exit 2 on bad input.")
+    tokens.add_argument("file", help="the JSONL transcript, one chat message per line")
+    tokens.add_argument("--encoding", default="o200k_base", choices=["o200k_base", "cl100k_base"],
+                        help="tokenizer (default o200k_base)")
     tokens.add_argument("--json", action="store_true", help="print one JSON object")
     tokens.set_defaults(func=_cmd_tokens)
 
     from agent.compression.cli import build_parser as compress_parser
 
-    sub.add_parser("compress", parents=[compress_parser()], add_help=False,
+    compress = compress_parser()
+    sub.add_parser("compress", parents=[compress], add_help=False, description=compress.description,
                    help="compress a JSONL transcript once, as /compress would").set_defaults(func=_cmd_compress)
-    sub.add_parser("run", help="start the gateway (console chat when no platform token is set)").set_defaults(
-        func=_cmd_run)
-    sweep = sub.add_parser("sweep", help="run one hygiene sweep over all active sessions (for system cron)")
+    sub.add_parser("run", help="start the gateway (console chat when no platform token is set)",
+                   description=RUN_DESCRIPTION).set_defaults(func=_cmd_run)
+    sweep = sub.add_parser("sweep", help="run one hygiene sweep over all active sessions (for system cron)",
+                           description="Run one hygiene sweep over all active sessions and print what it did "
+                                       "(for system cron; set gateway.sweep_cron=off then).")
     sweep.add_argument("--dry-run", action="store_true", help="only list the sessions that would be compressed")
     sweep.set_defaults(func=_cmd_sweep)
+    health = sub.add_parser("health", help="exit 0 while a running gateway's heartbeat is fresh (Docker HEALTHCHECK)",
+                            description="Check gateway.heartbeat_file, which a running gateway touches every "
+                                        "10 s: exit 0 when fresh, 1 when stale or missing, 2 when not configured.")
+    health.add_argument("--max-age", type=_positive_seconds, default=60.0, metavar="SECONDS",
+                        help="oldest heartbeat still healthy (default 60)")
+    health.set_defaults(func=_cmd_health)
     add_store_commands(sub)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``concord`` console script."""
-    args = build_parser().parse_args(argv)
+def _run_command(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args) or 0)
     except ConfigError as exc:
@@ -156,6 +254,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StorageUnavailable as exc:
         print(f"concord: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
+    except SQLAlchemyError as exc:  # a query failed on a damaged database (a table dropped by hand, corrupt pages)
+        print(f"concord: database error: {first_line(exc)}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``concord`` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        return _run_command(args)
+    except KeyboardInterrupt:
+        print("concord: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (`| head`): say nothing, and keep the interpreter's final flush from complaining.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

@@ -65,14 +65,17 @@ async def _list(store: Store, args: argparse.Namespace) -> int:
 
 
 async def _show(store: Store, args: argparse.Namespace) -> int:
+    from gateway.app import session_status
+    from gateway.commands import format_status
+
     s = await store.sessions.require(args.id)
     for key, value in [("id", s.id), ("platform", s.platform), ("chat", s.chat_key), ("title", s.title),
                        ("goal", s.goal), ("parent", s.parent_session_id), ("started", _time(s.started_at)),
                        ("last active", _time(s.last_active_at)), ("ended", _time(s.ended_at)),
-                       ("end reason", s.end_reason), ("active messages", s.message_count),
-                       ("active tokens", s.token_count), ("compressions", s.engine.compression_count),
-                       ("last prompt tokens", s.engine.last_prompt_tokens)]:
+                       ("end reason", s.end_reason)]:
         _console().print(f"{key:>18}: {value if value is not None else '-'}")
+    # The same figures, computed the same way, as /status in the chat.
+    _console().print("\n" + format_status(await session_status(load_settings(), store, s.id)) + "\n")
     history = await store.compactions.history(s.id)
     if history:
         table = Table("#", "at", "reason", "messages", "tokens", "carried")
@@ -105,36 +108,64 @@ async def _search(store: Store, args: argparse.Namespace) -> int:
 
 async def _restore(store: Store, args: argparse.Namespace) -> int:
     number = await store.compactions.restore(args.id, args.before_compaction)
-    print(f"restored the active set from before compaction {args.before_compaction} (recorded as #{number})")
+    history = {c.number: c for c in await store.compactions.history(args.id)}
+    restored, now = history[args.before_compaction].messages_before, history[number].messages_after
+    print(f"restored the {restored} messages from before compaction {args.before_compaction} and kept the "
+          f"{now - restored} added since after them: {now} messages in view (recorded as #{number}; "
+          f"`--before-compaction {number}` undoes this)")
     return 0
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 1 <= value <= 1_000_000:
+        raise argparse.ArgumentTypeError("must be between 1 and 1000000")
+    return value
 
 
 def add_store_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Register ``db`` and ``sessions`` subcommands on the top-level parser."""
-    db = sub.add_parser("db", help="database schema")
-    db_sub = db.add_subparsers(dest="db_command", required=True)
-    db_sub.add_parser("upgrade", help="apply Alembic migrations").set_defaults(func=_db_upgrade)
+    db = sub.add_parser("db", help="database schema", description="Manage the database schema.")
+    db_sub = db.add_subparsers(dest="db_command", required=True, metavar="ACTION", help="what to do with it")
+    db_sub.add_parser("upgrade", help="apply Alembic migrations",
+                      description="Apply the packaged Alembic migrations (also done at every start-up). "
+                                  "Exit 3 when the database cannot be opened or is newer than this Concord."
+                      ).set_defaults(func=_db_upgrade)
 
-    sessions = sub.add_parser("sessions", help="inspect stored sessions")
-    s_sub = sessions.add_subparsers(dest="sessions_command", required=True)
-    p = s_sub.add_parser("list", help="list sessions")
+    sessions = sub.add_parser("sessions", help="inspect stored sessions",
+                              description="Inspect, export, search and restore stored sessions. Exit 1 when the "
+                                          "session or compaction does not exist, 3 when the database is unusable.")
+    s_sub = sessions.add_subparsers(dest="sessions_command", required=True, metavar="ACTION",
+                                  help="what to do with them")
+    p = s_sub.add_parser("list", help="list sessions", description="List sessions, most recently active first.")
     p.add_argument("--active", action="store_true", help="only sessions that have not ended")
-    p.add_argument("--platform")
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--platform", choices=("discord", "telegram", "console"), help="only this platform's sessions")
+    p.add_argument("--limit", type=_positive, default=50, help="at most this many rows (default 50)")
     p.set_defaults(func=_with_store(_list))
-    p = s_sub.add_parser("show", help="one session and its compaction history")
-    p.add_argument("id")
+    p = s_sub.add_parser("show", help="one session, its /status figures and its compaction history",
+                         description="One session: its details, the figures /status shows in the chat, and "
+                                     "every compaction and restore.")
+    p.add_argument("id", help="session id (from `concord sessions list`)")
     p.set_defaults(func=_with_store(_show))
-    p = s_sub.add_parser("export", help="print a session as OpenAI JSONL")
-    p.add_argument("id")
+    p = s_sub.add_parser("export", help="print a session as OpenAI JSONL",
+                         description="Print the session's messages as OpenAI JSONL, one message per line.")
+    p.add_argument("id", help="session id (from `concord sessions list`)")
     p.add_argument("--include-archived", action="store_true", help="also the turns compaction replaced")
     p.set_defaults(func=_with_store(_export))
-    p = s_sub.add_parser("search", help="full-text search over all messages, archived ones included")
-    p.add_argument("text")
-    p.add_argument("--session")
-    p.add_argument("--limit", type=int, default=20)
+    p = s_sub.add_parser("search", help="full-text search over all messages, archived ones included",
+                         description="Full-text search over every stored message, archived ones included.")
+    p.add_argument("text", help="words to find (all of them; CJK text matches as substrings)")
+    p.add_argument("--session", metavar="ID", help="only this session")
+    p.add_argument("--limit", type=_positive, default=20, help="at most this many hits (default 20)")
     p.set_defaults(func=_with_store(_search))
-    p = s_sub.add_parser("restore", help="bring back the active set from before a compaction")
-    p.add_argument("id")
-    p.add_argument("--before-compaction", type=int, required=True, metavar="N")
+    p = s_sub.add_parser("restore", help="bring back the active set from before a compaction",
+                         description="Make the messages compaction N replaced active again, followed by every "
+                                     "turn added since; the current active set is archived, so the restore "
+                                     "itself can be undone the same way.")
+    p.add_argument("id", help="session id (from `concord sessions list`)")
+    p.add_argument("--before-compaction", type=_positive, required=True, metavar="N",
+                   help="the compaction to undo (numbers from `concord sessions show`)")
     p.set_defaults(func=_with_store(_restore))

@@ -6,8 +6,10 @@ defaults. Secrets are `SecretStr`: they print as ``**********`` and are never ec
 
 from __future__ import annotations
 
+import json
 import os
 import string
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -30,15 +32,27 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-__all__ = ["ConfigError", "Settings", "load_settings", "mask_url", "masked_dump"]
+__all__ = ["ConfigError", "Settings", "load_settings", "mask_url", "masked_dump", "unknown_env_sections"]
 
 _Section = ConfigDict(extra="forbid", validate_default=True)
+# The largest windows offered today are 10M tokens; far beyond that a value is a typo, not a model.
+MAX_CONTEXT_LENGTH = 100_000_000
 
 
 def _split_csv(value: Any) -> Any:
-    if isinstance(value, str):
-        return [item.strip() for item in value.split(",") if item.strip()]
-    return value
+    """A list from ``a,b`` or from a JSON list ``["a", "b"]`` (the usual pydantic-settings form)."""
+    if not isinstance(value, str):
+        return value
+    if value.lstrip().startswith("["):
+        try:
+            items = json.loads(value)
+        except ValueError:
+            raise ValueError("looks like a JSON list but is not valid JSON") from None
+        if not isinstance(items, list) or not all(isinstance(i, str | int) and not isinstance(i, bool)
+                                                  for i in items):
+            raise ValueError("a JSON list here must hold only strings or numbers")
+        return [str(item).strip() for item in items if str(item).strip()]
+    return [item.strip() for item in value.split(",") if item.strip()]
 
 
 CsvList = Annotated[list[str], NoDecode]
@@ -70,9 +84,9 @@ class LLMSettings(BaseModel):
     base_url: str | None = None
     api_key: SecretStr | None = None
     model: str = ""
-    context_length: int | None = Field(default=None, gt=0)
-    max_tokens: int | None = Field(default=None, gt=0)
-    timeout_seconds: float = Field(default=120.0, gt=0)
+    context_length: int | None = Field(default=None, gt=0, le=MAX_CONTEXT_LENGTH)
+    max_tokens: int | None = Field(default=None, gt=0, le=MAX_CONTEXT_LENGTH)
+    timeout_seconds: float = Field(default=120.0, gt=0, le=3600)
     encoding: Literal["o200k_base", "cl100k_base"] = "o200k_base"
     max_iterations: int = Field(default=20, ge=1, le=200)
     # None: the provider's default. Sent with every agent call (summaries keep their own settings).
@@ -91,8 +105,8 @@ class CompressionSettings(BaseModel):
     enabled: bool = True
     threshold: float = Field(default=0.50, gt=0, le=1)
     target_ratio: float = Field(default=0.20, gt=0, lt=1)
-    protect_first_n: int = Field(default=3, ge=0)
-    protect_last_n: int = Field(default=20, ge=1)
+    protect_first_n: int = Field(default=3, ge=0, le=1000)
+    protect_last_n: int = Field(default=20, ge=1, le=10_000)
     in_place: bool = True
     abort_on_summary_failure: bool = False
     autoraise: bool = True
@@ -106,7 +120,7 @@ class AuxiliaryModel(BaseModel):
     model: str | None = None
     base_url: str | None = None
     api_key: SecretStr | None = None
-    context_length: int | None = Field(default=None, gt=0)
+    context_length: int | None = Field(default=None, gt=0, le=MAX_CONTEXT_LENGTH)
     # Overall deadline of one summary request; unset: llm.timeout_seconds. A compaction waits at most twice
     # this for its summary (provider retries and the fallback to the main model included).
     timeout_seconds: float | None = Field(default=None, gt=0, le=3600)
@@ -166,8 +180,9 @@ class GatewaySettings(BaseModel):
 
     model_config = _Section
     hygiene_threshold: float = Field(default=0.85, gt=0, le=1)
-    hygiene_hard_message_limit: int = Field(default=5000, ge=10)
-    idle_expiry_minutes: int | None = Field(default=None, gt=0)
+    hygiene_hard_message_limit: int = Field(default=5000, ge=10, le=10_000_000)
+    # Up to a year: longer is "never", which is the empty value.
+    idle_expiry_minutes: int | None = Field(default=None, gt=0, le=525_600)
     sweep_cron: str | None = "*/30 * * * *"
     admins: CsvList = []
     session_scope: Literal["shared", "per-user"] = "shared"
@@ -176,13 +191,15 @@ class GatewaySettings(BaseModel):
     # observe: every visible group line is stored in its session (batched); addressed: unaddressed lines are
     # only kept in memory (group_context_limit of them) and handed to the next question.
     group_history: Literal["addressed", "observe"] = "observe"
-    group_context_limit: int = Field(default=50, ge=0)
+    group_context_limit: int = Field(default=50, ge=0, le=10_000)
     bot_name: str = "Concord"
     # Longest reply sent to a chat; a longer answer is cut with a note (the whole answer stays stored).
     max_reply_chars: int = Field(default=20_000, ge=500, le=1_000_000)
     # The persona: text, or @path to a file holding it; {bot_name} and {platform} are filled in. Unset: the
     # built-in one. Admins can override it per chat with /persona.
     system_prompt: str | None = None
+    # Touched every few seconds while the gateway runs; `concord health` (Docker HEALTHCHECK) reads its age.
+    heartbeat_file: Path | None = None
 
     # Access control (`gateway.access`): ``platform:id`` entries like ``admins``; an empty allow list allows all.
     allow_users: CsvList = []
@@ -263,7 +280,7 @@ class RedisSettings(BaseModel):
 
     model_config = _Section
     url: SecretStr | None = None
-    lock_timeout_seconds: float = Field(default=60.0, gt=0)
+    lock_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
 
     @field_validator("url")
     @classmethod
@@ -282,6 +299,8 @@ class DiscordSettings(BaseModel):
     admin_role_ids: CsvList = []
     admin_role_names: CsvList = []
     slash_commands: bool = False
+    max_image_bytes: int = Field(default=5_000_000, ge=1024, le=100_000_000)
+    drain_seconds: float = Field(default=30.0, ge=0, le=600)
     # Access control: only these guilds (servers) are served, and with allow_role_ids only members holding one
     # of these roles (or listed in gateway.allow_users) may use the bot in a guild. Empty: no restriction.
     allow_guilds: CsvList = []
@@ -313,8 +332,11 @@ class TelegramSettings(BaseModel):
     webhook_url: str | None = None
     webhook_listen: str = "127.0.0.1"
     webhook_port: int = Field(default=8443, gt=0, lt=65536)
+    webhook_path: str = Field(default="telegram", pattern=r"^[A-Za-z0-9_\-./]*$")
     webhook_secret: SecretStr | None = None
     check_chat_admins: bool = False
+    admin_cache_seconds: float = Field(default=60.0, ge=0, le=86_400)
+    drain_seconds: float = Field(default=30.0, ge=0, le=600)
     parse_mode: Literal["html", "plain"] = "html"
     # Answers grow in one edited message (false: one message when the answer is complete).
     streaming: bool = True
@@ -341,11 +363,11 @@ class LimitsSettings(BaseModel):
     """
 
     model_config = _Section
-    user_messages_per_minute: int | None = Field(default=None, ge=0)
-    chat_messages_per_minute: int | None = Field(default=None, ge=0)
+    user_messages_per_minute: int | None = Field(default=None, ge=0, le=100_000)
+    chat_messages_per_minute: int | None = Field(default=None, ge=0, le=100_000)
     # Prompt + completion tokens as the provider reports them, per UTC day.
-    user_tokens_per_day: int | None = Field(default=None, ge=0)
-    chat_tokens_per_day: int | None = Field(default=None, ge=0)
+    user_tokens_per_day: int | None = Field(default=None, ge=0, le=10**12)
+    chat_tokens_per_day: int | None = Field(default=None, ge=0, le=10**12)
     # Messages of one session waiting behind the running one (admins and the console exempt); more get a notice.
     session_queue_depth: int = Field(default=20, ge=1, le=1000)
 
@@ -445,16 +467,39 @@ def _format_errors(exc: ValidationError) -> str:
     return "invalid configuration:\n" + "\n".join(lines)
 
 
+def unknown_env_sections(environ: Mapping[str, str]) -> list[str]:
+    """``CONCORD_<SECTION>__…`` variables whose section does not exist (a typo pydantic would silently skip)."""
+    sections = set(Settings.model_fields)
+    unknown = []
+    for name in environ:
+        upper = name.upper()
+        if upper.startswith("CONCORD_") and "__" in upper:
+            section = upper.removeprefix("CONCORD_").split("__", 1)[0].lower()
+            if section not in sections:
+                unknown.append(name)
+    return sorted(unknown)
+
+
+def _unknown_section_lines(names: list[str]) -> list[str]:
+    known = ", ".join(Settings.model_fields)
+    return [f"  {name}: unknown section {name.upper().removeprefix('CONCORD_').split('__', 1)[0].lower()!r} "
+            f"(sections: {known})" for name in names]
+
+
 def load_settings(**overrides: Any) -> Settings:
     """Read and validate the configuration; raise `ConfigError` with one readable message on any problem."""
+    unknown = _unknown_section_lines(unknown_env_sections(os.environ))
     try:
-        return Settings(**overrides)
+        settings = Settings(**overrides)
     except ValidationError as exc:
-        raise ConfigError(_format_errors(exc)) from None
+        raise ConfigError("\n".join([_format_errors(exc), *unknown])) from None
     except ConfigError:
         raise
     except (OSError, ValueError, yaml.YAMLError) as exc:  # unreadable / malformed YAML or .env
         raise ConfigError(f"cannot read configuration: {exc}") from None
+    if unknown:
+        raise ConfigError("\n".join(["invalid configuration:", *unknown]))
+    return settings
 
 
 def masked_dump(settings: Settings) -> dict[str, Any]:

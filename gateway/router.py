@@ -207,6 +207,15 @@ class Router:
                 await adapter.send(inbound, REFUSED_DM)
         return False
 
+    def cancel(self, inbound: Inbound) -> bool:
+        """Stop the turn running in ``inbound``'s session, as /stop does (the console's Ctrl-C); False when none
+        runs. Messages queued behind it are still answered."""
+        running = self.running.get(session_key(inbound, self.settings.gateway.scope_for(inbound.platform)))
+        if running is None or running.stopped is not None:
+            return False
+        running.stop("stop")
+        return True
+
     async def aclose(self, grace_seconds: float = 30.0) -> None:
         """Stop taking messages and let queued ones finish (graceful shutdown); store every observed line."""
         await self._queues.aclose(grace_seconds)

@@ -93,6 +93,9 @@ def run_compress_command(
         stderr.write("error: --context-length must be positive and --threshold in (0, 1]\n")
         return 2
     to_file = opts.output not in (None, "-")
+    if to_file and Path(opts.output).is_dir():
+        stderr.write(f"error: {opts.output} is a directory (-o names the output file)\n")
+        return 2
     if to_file and Path(opts.output).exists() and not opts.force:
         stderr.write(f"error: {opts.output} exists (use --force to overwrite)\n")
         return 2
@@ -101,7 +104,7 @@ def run_compress_command(
         return 2
     try:
         if opts.input == "-":
-            messages = read_transcript(stdin)
+            messages = read_transcript(getattr(stdin, "buffer", stdin))
         else:
             messages = read_transcript_file(Path(opts.input), stderr)
     except MalformedTranscript as error:
@@ -114,8 +117,12 @@ def run_compress_command(
     result = asyncio.run(_compress(messages, opts, provider))
     report_stream = stdout if to_file else stderr
     if to_file:
-        with Path(opts.output).open("w", encoding="utf-8") as out:
-            _write(result.messages, out)
+        try:
+            with Path(opts.output).open("w", encoding="utf-8") as out:
+                _write(result.messages, out)
+        except OSError as error:
+            stderr.write(f"error: cannot write {opts.output}: {error.strerror}\n")
+            return 2
     else:
         _write(result.messages, stdout)
     report = json.dumps(result.stats(), ensure_ascii=False) if opts.json else _human_report(result)

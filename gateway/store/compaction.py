@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Row, insert, select, update
+from sqlalchemy import Row, Select, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.store._rows import (
@@ -54,6 +54,35 @@ def _info(reason: str, before: Sequence[Row[Any]], after: Sequence[StoredRow], n
     return CompactionInfo(at=utcnow(), reason=reason, tokens_before=sum(r.tokens for r in before),
                           tokens_after=sum(r.tokens for r in after), messages_before=len(before),
                           messages_after=len(after), number=number)
+
+
+def _row_columns() -> Select[Any]:
+    return select(MessageRow.seq, MessageRow.role, MessageRow.payload, MessageRow.search_text, MessageRow.tokens,
+                  MessageRow.created_at, MessageRow.compacted)
+
+
+async def _later_turns(conn: AsyncConnection, session_id: str, number: int) -> list[Row[Any]]:
+    """The rows appended to the conversation after replacement ``number`` committed, oldest first.
+
+    Only originals: the copies a later replacement K inserted are skipped. K burned the sequence just above
+    the newest row it archived and inserted its ``messages_after`` rows right above that, so its copies are
+    the sequences in (top_K + 1, top_K + 1 + messages_after_K].
+    """
+    tops = dict((await conn.execute(
+        select(MessageRow.archived_by, func.max(MessageRow.seq))
+        .where(MessageRow.session_id == session_id, MessageRow.archived_by >= number)
+        .group_by(MessageRow.archived_by))).all())
+    sizes = dict((await conn.execute(
+        select(CompactionRow.number, CompactionRow.messages_after)
+        .where(CompactionRow.session_id == session_id, CompactionRow.number >= number))).all())
+    if number not in tops:
+        return []  # compaction N replaced an empty set: there is no boundary to count from
+    copies = [range(tops[k] + 2, tops[k] + 2 + sizes[k]) for k in sizes if k > number and k in tops]
+    rows = await conn.execute(_row_columns()
+                              .where(MessageRow.session_id == session_id,
+                                     MessageRow.seq > tops[number] + 1 + sizes[number])
+                              .order_by(MessageRow.seq))
+    return [r for r in rows if not any(r.seq in span for span in copies)]
 
 
 class CompactionRepository:
@@ -104,7 +133,8 @@ class CompactionRepository:
                                        engine_state=engine_state)
 
     async def restore(self, session_id: str, before_compaction: int) -> int:
-        """Make the active set that compaction N replaced active again (the current one is archived).
+        """Make the active set that compaction N replaced active again, followed by every turn added to the
+        conversation after N (the current active set is archived; nothing said since N disappears from view).
 
         Returns the number of this restore, itself a replacement that can be undone the same way.
         """
@@ -114,12 +144,13 @@ class CompactionRepository:
                 CompactionRow.session_id == session_id, CompactionRow.number == before_compaction))).first()
             if known is None:
                 raise CompactionNotFound(f"session {session_id} has no compaction {before_compaction}")
-            old = await conn.execute(
-                select(MessageRow.role, MessageRow.payload, MessageRow.search_text, MessageRow.tokens,
-                       MessageRow.created_at, MessageRow.compacted)
-                .where(MessageRow.session_id == session_id, MessageRow.archived_by == before_compaction)
-                .order_by(MessageRow.seq))
-            return await self._replace(conn, session, [stored(r) for r in old], reason="restore",
+            old = await conn.execute(_row_columns()
+                                     .where(MessageRow.session_id == session_id,
+                                            MessageRow.archived_by == before_compaction)
+                                     .order_by(MessageRow.seq))
+            restored = [stored(r) for r in old] + [stored(r) for r in await _later_turns(conn, session_id,
+                                                                                         before_compaction)]
+            return await self._replace(conn, session, restored, reason="restore",
                                        watermark=session.last_seq, engine_state=None)
 
     async def rotate(self, session_id: str, new_messages: Sequence[Mapping[str, Any]],

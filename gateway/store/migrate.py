@@ -12,14 +12,18 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.util import CommandError
+from sqlalchemy import inspect
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.store.database import create_engine, read, write
 from gateway.store.errors import StorageUnavailable
+from gateway.store.models import Base
 
-__all__ = ["HEAD", "MIGRATIONS_DIR", "alembic_config", "current_revision", "downgrade_database", "upgrade_database"]
+__all__ = ["HEAD", "MIGRATIONS_DIR", "alembic_config", "current_revision", "downgrade_database", "first_line",
+           "upgrade_database"]
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 # Any constant works; it only has to be the same for every worker migrating the same PostgreSQL database.
@@ -68,23 +72,41 @@ async def upgrade_database(url: str, revision: str = "head") -> None:
     try:
         engine = create_engine(url)  # creates a missing SQLite data dir: may fail on an unwritable path
     except OSError as exc:
-        raise StorageUnavailable(f"cannot open the database {_shown(url)}: {_first_line(exc)}") from None
+        raise StorageUnavailable(f"cannot open the database {_shown(url)}: {first_line(exc)}") from None
     try:
         try:
             async with engine.connect():
                 pass
         except (OSError, DBAPIError) as exc:
-            raise StorageUnavailable(f"cannot open the database {_shown(url)}: {_first_line(exc)}") from None
-        await _run(engine, "upgrade", revision)
+            raise StorageUnavailable(f"cannot open the database {_shown(url)}: {first_line(exc)}") from None
+        try:
+            await _run(engine, "upgrade", revision)
+        except CommandError as exc:
+            # Usually a revision this copy does not ship: a newer Concord migrated the database.
+            raise StorageUnavailable(f"cannot migrate the database {_shown(url)}: {first_line(exc)} (was it "
+                                     f"written by a newer Concord? upgrade this one)") from None
+        except DBAPIError as exc:  # a corrupt file
+            raise StorageUnavailable(f"the database {_shown(url)} is unusable: {first_line(exc)}") from None
+        missing = await _missing_tables(engine) if revision == "head" else []
+        if missing:
+            raise StorageUnavailable(f"the database {_shown(url)} is at the latest schema but lacks the table(s) "
+                                     f"{', '.join(missing)} (dropped by hand? restore a backup)")
     finally:
         await engine.dispose()
+
+
+async def _missing_tables(engine: AsyncEngine) -> list[str]:
+    async with read(engine) as conn:
+        present = set(await conn.run_sync(lambda sync: inspect(sync).get_table_names()))
+    return sorted(set(Base.metadata.tables) - present)
 
 
 def _shown(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True)
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """The driver's own message, first line only: never the SQL statement or its parameters."""
     cause = getattr(exc, "orig", None) or exc
     text = str(cause).strip()
     return (text.splitlines()[0] if text else type(cause).__name__)[:300]

@@ -146,13 +146,14 @@ async def test_restore_brings_back_an_earlier_active_set(store: Store) -> None:
 
     number = await store.compactions.restore(sid, before_compaction=1)
     assert number == 3
-    assert (await store.messages.load_active(sid)).messages == original.messages
+    # The turn added after compaction 1 stays in view, after the restored set (summarized by 2 or not).
+    assert (await store.messages.load_active(sid)).messages == [*original.messages, user("after1")]
     record = await store.sessions.require(sid)
-    assert (record.message_count, record.token_count) == (4, 40)
+    assert (record.message_count, record.token_count) == (5, 41)
     assert await store.compactions.restore(sid, before_compaction=2) == 4
     assert (await store.messages.load_active(sid)).messages == [assistant("S1"), user("after1")]
     assert await store.compactions.restore(sid, before_compaction=4) == 5  # undoes restore 4
-    assert (await store.messages.load_active(sid)).messages == original.messages
+    assert (await store.messages.load_active(sid)).messages == [*original.messages, user("after1")]
     assert [h.reason for h in await store.compactions.history(sid)] == [
         "compression", "compression", "restore", "restore", "restore"]
     with pytest.raises(CompactionNotFound):

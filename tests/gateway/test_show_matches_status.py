@@ -1,0 +1,78 @@
+"""`concord sessions show` reports the same figures as /status in the chat, and `restore` keeps later turns."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from gateway.cli import main
+from tests.fakes.llm_server import FakeLLMServer
+from tests.gateway.conftest import GatewayFactory
+
+
+def _cli_env(monkeypatch: pytest.MonkeyPatch, fake_llm: FakeLLMServer, tmp_path: Path) -> None:
+    for key in list(os.environ):
+        if key.startswith("CONCORD_"):
+            monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CONCORD_STORAGE__DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("CONCORD_LLM__BASE_URL", fake_llm.openai_base_url)
+    monkeypatch.setenv("CONCORD_LLM__MODEL", "fake-model")
+    monkeypatch.setenv("CONCORD_LLM__CONTEXT_LENGTH", "200000")
+    monkeypatch.setenv("CONCORD_MEMORY__DIRECTORY", str(tmp_path / "memory"))
+
+
+@pytest.mark.parametrize("usage", [True, False])
+async def test_sessions_show_prints_the_status_figures(
+        gateway_factory: GatewayFactory, fake_llm: FakeLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], usage: bool) -> None:
+    gateway, adapter = await gateway_factory()
+    for i in range(3):
+        fake_llm.reply(f"answer {i}", usage={"prompt_tokens": 1234 + i, "completion_tokens": 5} if usage else None)
+        await adapter.say(f"question {i} " + "words " * 40)
+    await adapter.say("/status")
+    in_chat = adapter.texts()[-1]
+    record = await gateway.rt.store.sessions.get_active("discord", "dm:c1")
+    assert record is not None
+    await gateway.aclose()
+    _cli_env(monkeypatch, fake_llm, tmp_path)
+    capsys.readouterr()
+    requests = len(fake_llm.requests)
+    assert await asyncio.to_thread(main, ["sessions", "show", record.id]) == 0
+    shown = capsys.readouterr().out
+    assert in_chat in shown, (in_chat, shown)
+    assert ("1,236 / 200,000" in in_chat) is usage
+    assert len(fake_llm.requests) == requests  # showing a session calls no LLM
+
+
+async def test_restore_keeps_the_turns_added_after_the_compaction(
+        gateway_factory: GatewayFactory, fake_llm: FakeLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    gateway, adapter = await gateway_factory(llm={"context_length": 8000},
+                                             compression={"protect_first_n": 1, "protect_last_n": 2})
+    for i in range(6):
+        fake_llm.reply(f"answer {i}")
+        await adapter.say(f"question {i} " + "words " * 300)
+    fake_llm.reply("## Goal\nsummary of the talk")
+    await adapter.say("/compress", user_id="boss")
+    assert adapter.texts()[-1].startswith("Compressed")
+    fake_llm.reply("answer after")
+    await adapter.say("question after the compaction")
+    record = await gateway.rt.store.sessions.get_active("discord", "dm:c1")
+    assert record is not None
+    await gateway.aclose()
+    _cli_env(monkeypatch, fake_llm, tmp_path)
+    capsys.readouterr()
+    assert await asyncio.to_thread(main, ["sessions", "restore", record.id, "--before-compaction", "1"]) == 0
+    said = capsys.readouterr().out
+    assert "restored the 12 messages from before compaction 1 and kept the 2 added since" in said, said
+    assert await asyncio.to_thread(main, ["sessions", "export", record.id]) == 0
+    contents = [json.loads(line).get("content") for line in capsys.readouterr().out.splitlines()]
+    assert contents[:2] == ["question 0 " + "words " * 300, "answer 0"]
+    assert contents[-2:] == ["question after the compaction", "answer after"]
+    assert len(contents) == 14
+    assert not any("summary of the talk" in (c or "") for c in contents)
