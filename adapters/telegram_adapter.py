@@ -54,6 +54,7 @@ from adapters.live import ChatThrottle, EditedReply, LiveRateLimited
 from adapters.logsafe import redact_in_logs
 from adapters.supervise import Backoff, Supervisor, describe, retry_start
 from adapters.telegram_format import markdown_to_telegram_html
+from adapters.telegram_handoff import UpdateHandOff
 
 log = logging.getLogger(__name__)
 
@@ -109,14 +110,26 @@ class _SkippingUpdatesRequest(HTTPXRequest):
     PTB parses a whole getUpdates batch at once; one malformed update makes it drop the batch without
     advancing the offset, so the same batch would be fetched forever. Emptying the bad update lets the
     offset move on and every other update through.
+
+    It also holds back the next getUpdates (which confirms the last batch) until ``handoff`` says every
+    update of the batch reached the gateway.
     """
+
+    handoff: UpdateHandOff | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.last_answer = float("-inf")  # when a long poll last answered 200 (the polling watch reads it)
         self.polling = False  # off while PTB stops polling: its closing getUpdates call is no sign of health
+        self.held = False
 
     async def do_request(self, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
+        if self.handoff is not None:
+            self.held = True  # waiting on our own gateway is no stall of Telegram's
+            try:
+                await self.handoff.wait()
+            finally:
+                self.held = False
         code, payload = await super().do_request(*args, **kwargs)
         if code != 200:
             return code, payload
@@ -129,6 +142,8 @@ class _SkippingUpdatesRequest(HTTPXRequest):
         if isinstance(body, dict) and isinstance(body.get("result"), list):
             body["result"] = [_parseable(_storable(item)) for item in body["result"] if isinstance(item, dict)]
             payload = json.dumps(body).encode()
+            if self.handoff is not None:
+                self.handoff.fetched(u["update_id"] for u in body["result"] if isinstance(u.get("update_id"), int))
         return code, payload
 
 
@@ -179,11 +194,13 @@ class TelegramAdapter(Adapter):
         super().__init__()
         self.settings = settings
         redact_in_logs(settings.token, "<telegram-token>")
-        self._updates_request = _SkippingUpdatesRequest(read_timeout=settings.poll_timeout + 10)
         self._supervisor: Supervisor | None = None
         self._polling_since = 0.0
         self._downloads: httpx.AsyncClient | None = None
         root = (settings.api_base_url or "https://api.telegram.org").rstrip("/")
+        self.handoff = UpdateHandOff()
+        self._updates_request = _SkippingUpdatesRequest(read_timeout=settings.poll_timeout + 10)
+        self._updates_request.handoff = self.handoff
         self.app: Application[Any, Any, Any, Any, Any, Any] = (
             Application.builder()
             .token(settings.token)
@@ -262,7 +279,7 @@ class TelegramAdapter(Adapter):
         while updater.running:
             await asyncio.sleep(self.settings.watch_interval)
             silent = time.monotonic() - max(self._updates_request.last_answer, self._polling_since)
-            if silent > self.settings.stall_seconds:
+            if silent > self.settings.stall_seconds and not self._updates_request.held:
                 await self._stop_polling()
                 raise ConnectionError(f"getUpdates has not answered for {silent:.1f} s")
         if self._running:
@@ -455,6 +472,13 @@ class TelegramAdapter(Adapter):
         log.error("telegram: error while handling an update: %r", context.error)
 
     async def _on_update(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        try:
+            await self._take_update(update)
+        finally:
+            # Dispatched (the router queues or holds it at once) or skipped: Telegram may now forget it.
+            self.handoff.handed_on(update.update_id)
+
+    async def _take_update(self, update: Update) -> None:
         message = update.message or update.channel_post
         if message is None:
             kind = "edited message" if update.edited_message or update.edited_channel_post else "unsupported"

@@ -374,7 +374,8 @@ class AgentLoop:
         self._anchor = None
         self._skip_noticed = False
         old_id = self.session_id
-        compaction = Compaction(trigger, result, self.system_prompt, old_id, old_id, tuple(replaced))
+        compaction = Compaction(trigger, result, self.system_prompt, old_id, old_id, len(turn.appended),
+                                tuple(replaced))
         # Recorded before any await, so a cancelled turn still reports the list it replaced.
         turn.compactions.append(compaction)
         if self.switch_session is not None:

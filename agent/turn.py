@@ -69,6 +69,9 @@ class Compaction:
     system_prompt: str
     old_session_id: str
     session_id: str
+    # How many of the turn's appended messages (from the user's on) the compacted list was computed from: the
+    # ones a persisted compaction already holds, verbatim or summarized.
+    appended: int = 0
     # The messages it compressed (system prompt excluded), some added by this turn and not stored yet: the
     # gateway stores those first, so what the compaction clipped or summarized is archived, never lost.
     replaced: tuple[dict[str, Any], ...] = ()

@@ -29,15 +29,16 @@ from gateway.engine_state import compaction_info, export_engine_state, restore_e
 from gateway.hygiene import HygieneCheck, check_hygiene, session_tokens
 from gateway.metrics import EVENT_COMPRESS_ABORTED
 from gateway.session import LiveSession, SessionManager
-from gateway.store import StaleWatermark
+from gateway.store import SessionEnded, SessionRecord, StaleWatermark
 
-__all__ = ["HygieneOutcome", "compress_session", "hygiene_check", "persist_compaction", "run_hygiene"]
+__all__ = ["HygieneOutcome", "compress_session", "follow_stored", "hygiene_check", "persist_compaction", "run_hygiene"]
 
 log = logging.getLogger(__name__)
 
 SKIP_LOCKED = "compression lock held by another worker"
 SKIP_DISABLED = "compression disabled (compression.enabled: false)"
 SKIP_BLOCKED = "engine blocked (recent compressions were ineffective)"
+LOST_RACE = "compacted elsewhere meanwhile"
 
 
 def _without_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -45,35 +46,57 @@ def _without_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 async def persist_compaction(sessions: SessionManager, live: LiveSession, result: CompressionResult,
-                             reason: str) -> str:
-    """Store ``result`` as the session's new active set; return the session id the chat continues under."""
+                             reason: str) -> bool:
+    """Store ``result`` as the session's new active set; False if it was not stored, and why is logged.
+
+    It is not stored when another process replaced the active set since ``live`` was read (``concord sweep``
+    from system cron, a second gateway without a shared Redis lock): that version stands, because ours was
+    computed from rows that are no longer active, and writing it would archive, unsummarized, every message
+    appended meanwhile. Then, as after a success, ``live`` is re-bound to what is stored now, and the caller
+    continues from there (a turn appends its own messages after the winner's set).
+    """
     rt = sessions.rt
     messages = _without_system(list(result.messages))
     counts = [rt.counter.count_message(m) for m in messages]
     info = compaction_info(result, reason, rt.clock())
     state = dataclasses.replace(export_engine_state(live.engine, info), last_prompt_tokens=-1)
-    if rt.settings.compression.in_place:
-        try:
+    try:
+        if rt.settings.compression.in_place:
             await rt.store.compactions.replace_active(live.id, messages, counts, live.watermark, reason=reason,
                                                       engine_state=state)
-        except StaleWatermark:
-            # Another process compacted this session since we read it (e.g. `concord sweep` from system cron
-            # with no Redis lock shared with us). Its version stands: it archived the same rows ours would
-            # have, so dropping ours loses nothing; we continue from what is stored now.
-            log.warning("session %s was compacted elsewhere meanwhile; keeping that version", live.id)
-            await sessions.refresh_record(live)
-            restore_engine_state(live.engine, live.record.engine)
-            await sessions.rebind(live, live.record)
-            return live.id
-        await sessions.refresh_record(live)
-        await sessions.rebind(live, live.record)
-    else:
-        child = await rt.store.compactions.rotate(live.id, messages, counts, live.watermark, reason="compression",
-                                                  engine_state=state)
-        await sessions.rebind(live, child)
+            record = None
+        else:
+            record = await rt.store.compactions.rotate(live.id, messages, counts, live.watermark,
+                                                       reason="compression", engine_state=state)
+    except (StaleWatermark, SessionEnded) as lost:
+        log.warning("session %s was compacted elsewhere meanwhile (%s); keeping that version and continuing "
+                    "from what is stored", live.id, type(lost).__name__)
+        await follow_stored(sessions, live)
+        return False
+    # Committed: from here on only reads, retried through an outage, so a caller never mistakes a stored
+    # compaction for a lost one (and stores its messages twice).
+    await rt.storage.run(lambda: _rebind_after(sessions, live, record), f"reloading session {live.id}")
     log.info("session %s compacted (%s): %d → %d messages, %d → %d tokens", live.id, reason,
              result.messages_before, result.messages_after, result.tokens_before, result.tokens_after)
-    return live.id
+    return True
+
+
+async def _rebind_after(sessions: SessionManager, live: LiveSession, child: SessionRecord | None) -> None:
+    if child is None:
+        await sessions.refresh_record(live)
+        child = live.record
+    await sessions.rebind(live, child)
+
+
+async def follow_stored(sessions: SessionManager, live: LiveSession) -> None:
+    """Re-bind ``live`` to what the store holds for its chat now: its session, or the chat's open one if it
+    was ended meanwhile (rotated or expired by another process)."""
+    store = sessions.rt.store
+    record = await store.sessions.require(live.id)
+    if record.ended_at is not None:
+        record = await store.sessions.get_or_create_active(live.key.platform, live.key.chat_key)
+    restore_engine_state(live.engine, record.engine)
+    await sessions.rebind(live, record)
 
 
 async def compress_session(
@@ -104,7 +127,8 @@ async def compress_session(
         await _save_state(sessions, live)
         return result
     old_id = live.id
-    await persist_compaction(sessions, live, result, reason)
+    if not await persist_compaction(sessions, live, result, reason):
+        return dataclasses.replace(result, compressed=False, reason=LOST_RACE)
     # Also in place (same id twice), as in the agent loop: engine and memory hear of every compaction (R-S4).
     compaction = Compaction(reason, result, live.system_prompt, old_id, live.id)
     await after_compaction(engine, memory, compaction, live.messages, notices=notices, events=events)

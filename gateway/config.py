@@ -192,6 +192,9 @@ class GatewaySettings(BaseModel):
     # only kept in memory (group_context_limit of them) and handed to the next question.
     group_history: Literal["addressed", "observe"] = "observe"
     group_context_limit: int = Field(default=50, ge=0, le=10_000)
+    # While the database is down, messages of a session wait in memory, in order, up to this many; the next
+    # ones are answered "unavailable".
+    held_messages_per_session: int = Field(default=500, ge=1, le=100_000)
     bot_name: str = "Concord"
     # Longest reply sent to a chat; a longer answer is cut with a note (the whole answer stays stored).
     max_reply_chars: int = Field(default=20_000, ge=500, le=1_000_000)

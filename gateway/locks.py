@@ -6,9 +6,15 @@ Two locks per session, on separate keys:
 * the **compression lock** (``try_compression_lock``) never waits: contention yields False and the caller
   leaves the messages unchanged while the holder finishes (fail-safe).
 
-A broken lock backend must never wedge a session: both locks then log a warning and let the caller proceed
-unlocked (fail-open), which risks one overlapping turn or compaction — the store's watermark check still
-refuses a stale compaction — but never a frozen conversation.
+A broken lock backend must never wedge a session: both locks then log a warning (throttled: one line per
+failure class, repeats counted) and let the caller proceed unlocked (fail-open), which risks one overlapping
+turn or compaction — the store refuses a stale compaction and a turn then appends after the winner — but
+never a frozen conversation.
+
+Redis locks cannot be orphaned: a request that timed out on the client may still be executed by a slow or
+resumed server, and a release that timed out leaves the key behind; both are remembered with their token
+and deleted (compare-and-delete, so never someone else's lock) as soon as Redis answers again. Waiting for a
+held turn lock is bounded by the lock's expiry, logged while it lasts, and then fails open.
 """
 
 from __future__ import annotations
@@ -16,16 +22,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
-from redis.asyncio.lock import Lock
 from redis.backoff import NoBackoff
-from redis.exceptions import LockNotOwnedError, RedisError
+from redis.exceptions import RedisError
 from redis.retry import Retry
+
+from gateway.logthrottle import LogThrottle, describe_cause
 
 __all__ = ["InProcessLocks", "LockBackend", "RedisLocks", "fail_fast_client"]
 
@@ -98,99 +107,186 @@ def fail_fast_client(url: str, *, connect_timeout: float = 0.5, socket_timeout: 
                           socket_timeout=socket_timeout)
 
 
+# KEYS[1] the lock, ARGV[1] our token (, ARGV[2] the new expiry in ms): act only on a lock we own.
+_RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0"
+# Remembered timed-out requests (each expires by itself after its TTL anyway): bounded through a long outage.
+MAX_ORPHANS = 10_000
+_RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
+
+
+@dataclass(frozen=True, slots=True)
+class _Held:
+    key: str
+    token: str
+    session_id: str
+
+
 class RedisLocks(LockBackend):
-    """Redis locks with an expiry, renewed in the background while held, so a dead holder frees the lock
-    after at most ``ttl`` seconds but a live one keeps it as long as it works."""
+    """Redis locks (``SET NX PX`` with a random token) with an expiry, renewed in the background while held,
+    so a dead holder frees the lock after at most ``ttl`` seconds but a live one keeps it as long as it works.
+
+    ``max_wait`` bounds the wait for a held turn lock (default: the turn lock's expiry); ``wait_note_s`` is
+    how often a long wait is logged.
+    """
 
     def __init__(self, client: Redis, *, prefix: str = "concord:lock:", turn_ttl: float = 30.0,
-                 compression_ttl: float = 60.0, poll_interval: float = 0.05) -> None:
+                 compression_ttl: float = 60.0, poll_interval: float = 0.05, max_wait: float | None = None,
+                 wait_note_s: float = 5.0, cleanup_interval: float = 0.25) -> None:
         self._client = client
         self._prefix = prefix
         self._turn_ttl = turn_ttl
         self._compression_ttl = compression_ttl
         self._poll = poll_interval
+        self._max_wait = turn_ttl if max_wait is None else max_wait
+        self._wait_note = wait_note_s
+        self._cleanup_interval = cleanup_interval
+        self._renew = client.register_script(_RENEW)
+        self._release_script = client.register_script(_RELEASE)
+        self._warn = LogThrottle(log)
+        # Locks that may exist in Redis without anybody holding them, with when they expire by themselves.
+        self._orphans: dict[_Held, float] = {}
+        self._janitor: asyncio.Task[None] | None = None
         self._closed = False
 
     @classmethod
     def from_url(cls, url: str, *, prefix: str = "concord:lock:", turn_ttl: float = 30.0,
-                 compression_ttl: float = 60.0) -> RedisLocks:
+                 compression_ttl: float = 60.0, max_wait: float | None = None) -> RedisLocks:
         """Locks over a fail-fast client for ``url`` (``redis://host:port/db``)."""
-        return cls(fail_fast_client(url), prefix=prefix, turn_ttl=turn_ttl, compression_ttl=compression_ttl)
+        return cls(fail_fast_client(url), prefix=prefix, turn_ttl=turn_ttl, compression_ttl=compression_ttl,
+                   max_wait=max_wait)
 
-    def _lock(self, kind: str, session_id: str, ttl: float, blocking: bool) -> Lock:
-        return self._client.lock(f"{self._prefix}{kind}:{session_id}", timeout=ttl, sleep=self._poll,
-                                 blocking=blocking, blocking_timeout=None, thread_local=False)
+    @property
+    def orphans(self) -> int:
+        """Lock requests or releases that Redis has not confirmed yet and that are still to be cleaned up."""
+        return len(self._orphans)
 
     @asynccontextmanager
     async def session_turn(self, session_id: str) -> AsyncIterator[None]:
-        lock = self._lock("turn", session_id, self._turn_ttl, blocking=True)
-        if not await self._acquire(lock, session_id, "turn lock; proceeding WITHOUT serialization"):
+        held = _Held(f"{self._prefix}turn:{session_id}", uuid.uuid4().hex, session_id)
+        if not await self._acquire(held, self._turn_ttl, wait=True,
+                                  what="turn lock", fallback="proceeding WITHOUT serialization"):
             yield
             return
-        async with self._held(lock, session_id, self._turn_ttl):
+        async with self._holding(held, self._turn_ttl):
             yield
 
     @asynccontextmanager
     async def try_compression_lock(self, session_id: str) -> AsyncIterator[bool]:
-        lock = self._lock("compress", session_id, self._compression_ttl, blocking=False)
-        acquired = await self._acquire(lock, session_id, "compression lock; compressing without it")
+        held = _Held(f"{self._prefix}compress:{session_id}", uuid.uuid4().hex, session_id)
+        acquired = await self._acquire(held, self._compression_ttl, wait=False,
+                                       what="compression lock", fallback="compressing without it")
         if acquired is None:
             yield True
             return
         if not acquired:
             yield False
             return
-        async with self._held(lock, session_id, self._compression_ttl):
+        async with self._holding(held, self._compression_ttl):
             yield True
 
-    @staticmethod
-    async def _acquire(lock: Lock, session_id: str, fallback: str) -> bool | None:
-        """True/False as Redis answered; None when Redis is broken (the caller proceeds: fail-open)."""
-        try:
-            return bool(await lock.acquire())
-        except RedisError as exc:
-            log.warning("lock backend unavailable for session %s (%s): %s", session_id, type(exc).__name__,
-                        fallback)
-            return None
+    async def _acquire(self, held: _Held, ttl: float, *, wait: bool, what: str, fallback: str) -> bool | None:
+        """True/False as Redis answered; None when the caller proceeds unlocked (Redis broken, or waited too
+        long for the holder: fail-open)."""
+        started = time.monotonic()
+        noted = started
+        while True:
+            try:
+                if await self._client.set(held.key, held.token, nx=True, px=max(1, int(ttl * 1000))):
+                    return True
+            except RedisError as exc:
+                # The request may still reach Redis (a hung server executes it when resumed): remember it, so
+                # the key is deleted by its token instead of blocking the session until it expires.
+                self._orphan(held, ttl)
+                self._warn.warning(f"unavailable:{what}:{type(exc).__name__}", "lock backend unavailable (%s): %s "
+                                   "for session %s; %s", describe_cause(exc), what, held.session_id, fallback)
+                return None
+            if not wait:
+                return False
+            now = time.monotonic()
+            if now - started >= self._max_wait:
+                log.warning("session %s: gave up waiting for its %s after %.1f s (the holder keeps renewing it); "
+                            "%s", held.session_id, what, now - started, fallback)
+                return None
+            if now - noted >= self._wait_note:
+                noted = now
+                log.info("session %s: waiting for its %s, held by another worker, for %.1f s so far",
+                         held.session_id, what, now - started)
+            await asyncio.sleep(self._poll)
 
     @asynccontextmanager
-    async def _held(self, lock: Lock, session_id: str, ttl: float) -> AsyncIterator[None]:
-        renewer = asyncio.create_task(self._renew(lock, session_id, ttl))
+    async def _holding(self, held: _Held, ttl: float) -> AsyncIterator[None]:
+        renewer = asyncio.create_task(self._keep(held, ttl))
         try:
             yield
         finally:
             renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renewer
-            await self._release(lock, session_id)
+            await self._release(held, ttl)
 
-    @staticmethod
-    async def _renew(lock: Lock, session_id: str, ttl: float) -> None:
+    async def _keep(self, held: _Held, ttl: float) -> None:
         while True:
             await asyncio.sleep(ttl / 3)
             try:
-                await lock.reacquire()
-            except LockNotOwnedError:
-                log.error("lock %s for session %s expired or was lost while held; work may overlap",
-                          lock.name, session_id)
-                return
+                owned = await self._renew(keys=[held.key], args=[held.token, max(1, int(ttl * 1000))])
             except RedisError as exc:
-                log.warning("could not renew lock %s for session %s (%s); retrying", lock.name, session_id,
-                            type(exc).__name__)
+                self._warn.warning(f"renew:{type(exc).__name__}", "could not renew lock %s for session %s (%s); "
+                                   "retrying", held.key, held.session_id, describe_cause(exc))
+                continue
+            if not owned:
+                self._warn.warning("lost", "lock %s for session %s expired or was lost while held (Redis "
+                                   "restarted or stalled); work may overlap, proceeding", held.key,
+                                   held.session_id)
+                return
 
-    @staticmethod
-    async def _release(lock: Lock, session_id: str) -> None:
+    async def _release(self, held: _Held, ttl: float) -> None:
         try:
-            await lock.release()
-        except LockNotOwnedError:
-            log.warning("lock %s for session %s was lost before release (expired or Redis restarted)",
-                        lock.name, session_id)
+            released = await self._release_script(keys=[held.key], args=[held.token])
         except RedisError as exc:
-            log.warning("could not release lock %s for session %s (%s); it expires by itself",
-                        lock.name, session_id, type(exc).__name__)
+            self._orphan(held, ttl)
+            self._warn.warning(f"release:{type(exc).__name__}", "could not release lock %s for session %s (%s); "
+                               "it is deleted as soon as Redis answers", held.key, held.session_id,
+                               describe_cause(exc))
+            return
+        if not released:
+            self._warn.warning("lost-before-release", "lock %s for session %s was lost before release (expired "
+                               "or Redis restarted)", held.key, held.session_id)
+
+    def _orphan(self, held: _Held, ttl: float) -> None:
+        self._orphans[held] = time.monotonic() + ttl
+        while len(self._orphans) > MAX_ORPHANS:  # a long outage: the oldest expire by themselves first
+            del self._orphans[next(iter(self._orphans))]
+        if self._janitor is None or self._janitor.done():
+            self._janitor = asyncio.create_task(self._clean_orphans(), name="redis-lock-janitor")
+
+    async def _clean_orphans(self) -> None:
+        """Delete every remembered orphan by its token once Redis answers; forget those that expired."""
+        while self._orphans:
+            await asyncio.sleep(self._cleanup_interval)
+            for held, expires in list(self._orphans.items()):
+                if time.monotonic() >= expires:
+                    del self._orphans[held]
+                    continue
+                try:
+                    deleted = await self._release_script(keys=[held.key], args=[held.token])
+                except RedisError:
+                    break  # still unreachable: try again next round
+                del self._orphans[held]
+                if deleted:
+                    log.info("deleted lock %s for session %s, set by a request that had timed out", held.key,
+                             held.session_id)
 
     async def aclose(self) -> None:
-        """Close the Redis connection pool. Idempotent."""
-        if not self._closed:
-            self._closed = True
-            await self._client.aclose()
+        """Delete what orphans Redis still answers for, stop, and close the connection pool. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._janitor is not None:
+            self._janitor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._janitor
+        for held in list(self._orphans):
+            with contextlib.suppress(RedisError):
+                await self._release_script(keys=[held.key], args=[held.token])
+        self._orphans.clear()
+        await self._client.aclose()

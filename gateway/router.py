@@ -15,10 +15,16 @@ saying when it resets, and never reaches the model. Other group lines are stored
 (``gateway.group_history: observe``), or, in ``addressed`` mode, kept tagged with the speaker's name in a
 bounded per-session buffer (``gateway.group_context_limit`` newest lines) and handed to the agent in front of
 the next message that addresses it.
+
+When the database is down, a message that meets the outage is held — it stays first in its session's queue
+and is retried with backoff (outside the turn lock) until storage is back, then answered; the session's later
+messages wait behind it in order. Past ``gateway.held_messages_per_session`` waiting messages, the next ones
+are answered plainly that the bot is unavailable instead of being queued without bound.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import time
@@ -34,8 +40,10 @@ from gateway.busy import Batch, RunningTurn, RunningTurns
 from gateway.commands import Command, CommandContext, is_admin, run_command, stop_command
 from gateway.compaction import run_hygiene
 from gateway.continuity import with_note
+from gateway.durability import backoff_delay, is_storage_outage
 from gateway.keys import SessionKey, session_key
 from gateway.limits import RateLimiter
+from gateway.logthrottle import LogThrottle, describe_cause
 from gateway.metrics import fan_out
 from gateway.observe import GroupObserver
 from gateway.pairing import Pairing
@@ -59,6 +67,8 @@ PAIRING_TEXT = ("This bot answers people an admin approved. Your pairing code is
 QUEUE_FULL = "⏳ {waiting} messages are already waiting here; send this again once they are answered."
 STOPPED_TEXT = "⏹️ Stopped."
 INTERRUPTED_BY_NEW_TEXT = "⏹️ Interrupted by a newer message."
+UNAVAILABLE_TEXT = ("⚠️ I'm unavailable right now (my storage is down) and cannot keep more messages. "
+                    "Please send this again in a few minutes.")
 
 
 class GroupContext:
@@ -116,6 +126,7 @@ class Router:
         self.observing = self.settings.gateway.group_history == "observe"
         self.observer = GroupObserver(sessions)
         self._batches: dict[tuple[SessionKey, str], Batch] = {}
+        self._failures = LogThrottle(log)
 
     async def handle(self, inbound: Inbound, adapter: Adapter) -> None:
         """Take one inbound message; returns once it has been handled (queued behind its session's earlier ones)."""
@@ -139,11 +150,20 @@ class Router:
             if reply:
                 await adapter.send(inbound, reply)
             return
-        if not _addressed_anywhere(inbound):
-            if self.observing and key.is_group:
-                self.observer.add(key, _observed_line(inbound), inbound.user_id)  # batched, no lock per line
-            else:
-                await self._queues.submit(key, (inbound, adapter))
+        addressed = _addressed_anywhere(inbound)
+        if not addressed and self.observing and key.is_group:
+            self.observer.add(key, _observed_line(inbound), inbound.user_id)  # batched, no lock per line
+            return
+        storage = self.sessions.rt.storage
+        if storage.down and self._queues.pending(key) >= self.settings.gateway.held_messages_per_session:
+            storage.throttle.warning("hold-full", "storage unavailable and %d messages already held for %s: "
+                                     "answering that the bot is unavailable", self._queues.pending(key), key)
+            del self._seen[ident]  # a redelivery after recovery is a new chance, not a duplicate
+            if addressed:
+                await adapter.send(inbound, UNAVAILABLE_TEXT)
+            return
+        if not addressed:
+            await self._queues.submit(key, (inbound, adapter))
             return
         mode = self.settings.gateway.busy_mode
         if mode == "interrupt" and command is None:
@@ -226,12 +246,27 @@ class Router:
         inbound = await queued.take(self.settings.gateway.collect_window_seconds) if isinstance(queued, Batch) \
             else queued
         self.metrics.record_message()
-        try:
-            async with self.sessions.rt.locks.session_turn(str(key)):
-                replies = await self._chain(key, inbound, adapter)
-        except Exception:
-            log.exception("message %s in %s failed", inbound.message_id, key)
-            replies = [FAILURE_TEXT]
+        storage = self.sessions.rt.storage
+        attempt = 0
+        while True:
+            try:
+                async with self.sessions.rt.locks.session_turn(str(key)):
+                    replies = await self._chain(key, inbound, adapter)
+                if attempt:
+                    storage.succeeded()
+                break
+            except Exception as exc:
+                if not is_storage_outage(exc):
+                    self._failures.error(f"turn:{type(exc).__name__}", "turn failed (%s): message %s in %s was "
+                                         "answered with an apology", describe_cause(exc), inbound.message_id,
+                                         key, exc=exc)
+                    replies = [FAILURE_TEXT]
+                    break
+                # The lane still holds this message, so it counts itself.
+                storage.failed(exc, f"message {inbound.message_id} in {key} held "
+                                    f"({self._queues.pending(key)} held for the session)")
+            await asyncio.sleep(backoff_delay(attempt))
+            attempt += 1
         for text in replies:
             await adapter.send(inbound, cap_reply(text, self.settings.gateway.max_reply_chars))
 

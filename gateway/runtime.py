@@ -14,6 +14,7 @@ from agent.llm.base import Provider
 from agent.memory import MemoryProvider
 from agent.tokens import TokenCounter
 from gateway.config import Settings
+from gateway.durability import StorageGuard
 from gateway.keys import SessionKey
 from gateway.limit_backends import InProcessLimits, LimitBackend
 from gateway.locks import LockBackend
@@ -50,3 +51,5 @@ class Runtime:
     metrics: Metrics = field(default_factory=Metrics)
     # Rate-limit and token-budget state: Redis when configured (shared by workers), else this process's.
     limits: LimitBackend = field(default_factory=InProcessLimits)
+    # One per process: whether the database is down right now, and the retries through an outage.
+    storage: StorageGuard = field(default_factory=StorageGuard)

@@ -2,8 +2,13 @@
 
 The loop never touches the store. Compactions inside the turn are persisted as they happen (through the
 loop's ``switch_session`` hook, so a rotation gives the rest of the turn its new session id); at the end the
-messages the store does not have yet are appended. If the turn rewrote history some other way (images
-re-encoded after an "image too large" error), the active set is replaced as a whole.
+turn's messages the store does not hold yet are appended. Appending never overwrites: whatever another process
+stored meanwhile (its own turn, a sweep's compaction) stays, and this turn's messages follow it in order. Only
+a turn that re-encoded images, and compacted nothing, replaces the active set as a whole — if that set is still
+the one it read; otherwise it appends too.
+
+A storage outage at the end of the turn is ridden out (`StorageGuard.run`): the answer is sent once the turn's
+messages are stored, never before, and never lost.
 """
 
 from __future__ import annotations
@@ -25,10 +30,12 @@ from agent.events import (
     emit_notice,
 )
 from agent.turn import Compaction, TurnResult
-from gateway.compaction import persist_compaction
-from gateway.engine_state import export_engine_state
+from gateway.compaction import follow_stored, persist_compaction
+from gateway.durability import is_storage_outage
+from gateway.engine_state import export_engine_state, restore_engine_state
 from gateway.metrics import EVENT_COMPRESS_ABORTED
 from gateway.session import LiveSession, SessionManager
+from gateway.store import EngineState, SessionEnded, StaleWatermark
 
 __all__ = ["agent_turn", "persist_turn"]
 
@@ -53,10 +60,25 @@ async def agent_turn(
     ``on_start`` receives the task running the agent loop: cancelling it (``/stop``) ends the turn cleanly,
     and what it produced is still persisted, which a cancellation must never interrupt."""
     loop = live.loop
+    guard = sessions.rt.storage
+    saved = 0  # how many of the turn's appended messages a compaction persisted during the turn holds
 
     async def switch(compaction: Compaction) -> str:
-        await _store_unstored(sessions, live, list(compaction.replaced))
-        return await persist_compaction(sessions, live, compaction.result, f"agent: {compaction.trigger}")
+        nonlocal saved
+        try:
+            if await _store_unstored(sessions, live, list(compaction.replaced)):
+                saved = compaction.appended  # stored whole first, so a clipped or summarized message is kept
+            stored = await persist_compaction(sessions, live, compaction.result, f"agent: {compaction.trigger}")
+        except Exception as exc:
+            if not is_storage_outage(exc):
+                raise
+            # The compacted list only shapes what the model sees for the rest of this turn; the turn's own
+            # messages are appended (with retries) at its end, so nothing depends on storing it now.
+            guard.failed(exc, f"the turn's compaction of session {live.id} is skipped and its messages")
+            return live.id
+        if stored:
+            saved = compaction.appended
+        return live.id
 
     async def notice(sent: Notice) -> None:
         # The loop reports a compression that gave up only as this notice (once per turn), so it is turned
@@ -73,41 +95,99 @@ async def agent_turn(
         result = await running
     finally:
         loop.notices = loop.events = loop.switch_session = loop.stream = None
-    await persist_turn(sessions, live, result)
+    await guard.run(lambda: persist_turn(sessions, live, result, saved=saved),
+                    f"the turn of session {live.id} is held until it is stored")
     return result
 
 
-async def _store_unstored(sessions: SessionManager, live: LiveSession, replaced: list[dict[str, Any]]) -> None:
+async def _store_unstored(sessions: SessionManager, live: LiveSession, replaced: list[dict[str, Any]]) -> bool:
     """Append what this turn added before a compaction (the new message, tool results), so the compaction
-    archives it with the rest: a message it clipped or summarized stays stored whole and searchable."""
+    archives it with the rest: a message it clips or summarizes stays stored whole and searchable. False when
+    nothing was stored (nothing new, or the turn rewrote history; its end appends as usual)."""
     stored = live.messages
     if len(replaced) <= len(stored) or replaced[: len(stored)] != stored:
-        return
+        return False
     new = replaced[len(stored):]
     rt = sessions.rt
-    live.watermark = await rt.store.messages.append(live.id, new, [rt.counter.count_message(m) for m in new])
-    live.messages = stored + new
+    try:
+        last = await rt.store.messages.append(live.id, new, [rt.counter.count_message(m) for m in new])
+    except SessionEnded:
+        return False
+    if last == live.watermark + len(new):
+        live.messages, live.watermark = stored + new, last
+    else:  # another process wrote meanwhile: take its rows in stored order
+        await rt.storage.run(lambda: _reread(sessions, live), f"reloading session {live.id}")
+    return True
 
 
-async def persist_turn(sessions: SessionManager, live: LiveSession, result: TurnResult) -> None:
-    """Bring the store up to ``result.messages`` and save the engine state."""
-    rt = sessions.rt
-    stored = live.messages
+async def persist_turn(sessions: SessionManager, live: LiveSession, result: TurnResult, *, saved: int = 0) -> None:
+    """Store what the turn added and save the engine state.
+
+    ``saved`` is how many of ``result.appended`` the store already holds (inside a compaction persisted during
+    the turn). Never raises `StaleWatermark`. Safe to repeat after a storage error: each write is one
+    transaction, and the reads after a committed write are retried on their own, so a repeat never writes
+    twice (short of a connection lost inside COMMIT itself, when the driver cannot know either).
+    """
     state = export_engine_state(live.engine, live.last_compaction)
-    if result.messages[: len(stored)] == stored:
-        new = result.messages[len(stored):]
-        if new:
-            live.watermark = await rt.store.messages.append(
-                live.id, new, [rt.counter.count_message(m) for m in new], engine_state=state)
-            live.messages = stored + new
-        else:
-            await rt.store.sessions.save_engine_state(live.id, state)
+    if result.images_reencoded and not result.compacted and await _replace_rewritten(sessions, live, result, state):
+        return
+    new = result.appended[saved:]
+    if new:
+        if not await _append(sessions, live, new, state):
+            return
     else:
-        log.info("session %s: the turn rewrote history; replacing the active set", live.id)
-        counts = [rt.counter.count_message(m) for m in result.messages]
-        await rt.store.compactions.replace_active(live.id, result.messages, counts, live.watermark,
-                                                  reason=REWRITE_REASON, engine_state=state)
-        await sessions.reload(live)
-        await sessions.refresh_record(live)
+        await sessions.rt.store.sessions.save_engine_state(live.id, state)
     live.record = dataclasses.replace(live.record, engine=state)
     live.synced_state = state
+
+
+async def _replace_rewritten(sessions: SessionManager, live: LiveSession, result: TurnResult,
+                             state: EngineState) -> bool:
+    """Make the turn's re-encoded list the active set if that set is still the one the turn read."""
+    rt = sessions.rt
+    counts = [rt.counter.count_message(m) for m in result.messages]
+    try:
+        await rt.store.compactions.replace_active(live.id, result.messages, counts, live.watermark,
+                                                  reason=REWRITE_REASON, engine_state=state)
+    except (StaleWatermark, SessionEnded):
+        # Replacing now would archive what another process stored meanwhile; the re-encoding is only an
+        # optimisation (the next turn re-encodes again), the turn's messages are what must not be lost.
+        log.info("session %s changed during a turn that re-encoded images; appending its messages instead",
+                 live.id)
+        return False
+    log.info("session %s: the turn re-encoded images; replacing the active set", live.id)
+    await rt.storage.run(lambda: _reread(sessions, live), f"reloading session {live.id}")
+    live.record = dataclasses.replace(live.record, engine=state)
+    live.synced_state = state
+    return True
+
+
+async def _append(sessions: SessionManager, live: LiveSession, new: list[dict[str, Any]],
+                  state: EngineState) -> bool:
+    """Append ``new`` to the session — or, if it was ended meanwhile, to the chat's open session; False when
+    another process wrote meanwhile (its engine state stands and ``live`` has been re-read)."""
+    rt = sessions.rt
+    counts = [rt.counter.count_message(m) for m in new]
+    try:
+        last = await rt.store.messages.append(live.id, new, counts, engine_state=state,
+                                              state_watermark=live.watermark)
+    except SessionEnded:
+        ended = live.id
+        await follow_stored(sessions, live)
+        log.warning("session %s was ended during a turn; its messages go to the chat's open session %s",
+                    ended, live.id)
+        last = await rt.store.messages.append(live.id, new, counts)
+    if last == live.watermark + len(new):
+        live.messages, live.watermark = live.messages + new, last
+    else:
+        # Another process wrote meanwhile: take its rows, in stored order, and the engine state it saved.
+        await rt.storage.run(lambda: _reread(sessions, live), f"reloading session {live.id}")
+        restore_engine_state(live.engine, live.record.engine)
+        return False
+    return True
+
+
+async def _reread(sessions: SessionManager, live: LiveSession) -> None:
+    """After a committed write: the active set and the row as stored (reads only, so safe to retry alone)."""
+    await sessions.reload(live)
+    await sessions.refresh_record(live)

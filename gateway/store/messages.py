@@ -33,12 +33,15 @@ class MessageRepository:
         self._engine = engine
 
     async def append(self, session_id: str, messages: Sequence[Mapping[str, Any]],
-                     token_counts: Sequence[int], *, engine_state: EngineState | None = None) -> int:
+                     token_counts: Sequence[int], *, engine_state: EngineState | None = None,
+                     state_watermark: int | None = None) -> int:
         """Append messages (with their exact token counts) to the active set; return the last sequence.
 
         The counter update comes first: it takes the session's row lock, so appends and compactions of one
         session are strictly ordered, and the session's counters never drift from its rows. ``engine_state``,
-        when given, is saved in the same transaction (one round trip per turn instead of two).
+        when given, is saved in the same transaction (one round trip per turn instead of two) — with
+        ``state_watermark``, only if the active set was not replaced after that watermark was read (another
+        process's compaction then wrote the state that goes with its summary; an older one must not replace it).
         """
         check_batch(messages, token_counts)
         at = utcnow()
@@ -50,7 +53,8 @@ class MessageRepository:
                         message_count=SessionRow.message_count + len(rows),
                         token_count=SessionRow.token_count + sum(r.tokens for r in rows),
                         last_active_at=at,
-                        **(engine_values(engine_state) if engine_state is not None else {}))
+                        **(engine_values(engine_state) if engine_state is not None and state_watermark is None
+                           else {}))
                 .returning(SessionRow.last_seq))).scalar_one_or_none()
             if last is None:
                 exists = (await conn.execute(
@@ -58,6 +62,10 @@ class MessageRepository:
                 if exists is None:
                     raise SessionNotFound(session_id)
                 raise SessionEnded(f"session {session_id} ended ({exists.end_reason})")
+            if engine_state is not None and state_watermark is not None:
+                await conn.execute(update(SessionRow).where(SessionRow.id == session_id,
+                                                            SessionRow.generation_seq <= state_watermark)
+                                   .values(engine_values(engine_state)))
             await insert_rows(conn, session_id, last - len(rows) + 1, rows)
         return int(last)
 

@@ -61,7 +61,9 @@ class PrivateRedis:
     def start(self) -> None:
         self.process = subprocess.Popen(
             [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(self.workdir), "--daemonize", "no"],
+             "--dir", str(self.workdir), "--daemonize", "no",
+             # Redis 7 refuses DEBUG (the slow-Redis tests use DEBUG SLEEP) unless enabled at start.
+             "--enable-debug-command", "yes"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         client = SyncRedis(port=self.port, socket_connect_timeout=0.2)
         deadline = time.monotonic() + 10

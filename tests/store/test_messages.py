@@ -113,3 +113,18 @@ async def test_append_saves_engine_state_in_the_same_transaction(store: Store) -
     with pytest.raises(SessionEnded):
         await store.messages.append(session.id, [user("b")], [3], engine_state=EngineState(last_prompt_tokens=9))
     assert (await store.sessions.require(session.id)).engine == state
+
+
+async def test_append_keeps_the_state_a_compaction_stored_after_the_callers_read(store: Store) -> None:
+    session = await store.sessions.get_or_create_active("tg", "c")
+    read = await store.messages.append(session.id, [user("a"), assistant("b")], [3, 4])
+    await store.compactions.replace_active(session.id, [user("summary")], [2], read,
+                                           engine_state=EngineState(previous_summary="the winner's"))
+    stale = EngineState(previous_summary="ours, older", last_prompt_tokens=99)
+    await store.messages.append(session.id, [user("late")], [1], engine_state=stale, state_watermark=read)
+    record = await store.sessions.require(session.id)
+    assert record.engine.previous_summary == "the winner's"
+    assert [m["content"] for m in (await store.messages.load_active(session.id)).messages] == ["summary", "late"]
+    fresh = (await store.messages.load_active(session.id)).watermark
+    await store.messages.append(session.id, [user("next")], [1], engine_state=stale, state_watermark=fresh)
+    assert (await store.sessions.require(session.id)).engine.last_prompt_tokens == 99
