@@ -66,8 +66,14 @@ async def agent_turn(
     async def switch(compaction: Compaction) -> str:
         nonlocal saved
         try:
-            if await _store_unstored(sessions, live, list(compaction.replaced)):
+            in_order = await _store_unstored(sessions, live, list(compaction.replaced))
+            if in_order is not None:
                 saved = compaction.appended  # stored whole first, so a clipped or summarized message is kept
+            if in_order is False:
+                # Another process wrote between the rows this compaction was computed from: persisting it would
+                # archive that write unseen. The turn goes on with its compacted list; the next one compacts.
+                log.info("session %s changed during the turn; its compaction is not stored", live.id)
+                return live.id
             stored = await persist_compaction(sessions, live, compaction.result, f"agent: {compaction.trigger}")
         except Exception as exc:
             if not is_storage_outage(exc):
@@ -100,24 +106,28 @@ async def agent_turn(
     return result
 
 
-async def _store_unstored(sessions: SessionManager, live: LiveSession, replaced: list[dict[str, Any]]) -> bool:
+async def _store_unstored(sessions: SessionManager, live: LiveSession,
+                          replaced: list[dict[str, Any]]) -> bool | None:
     """Append what this turn added before a compaction (the new message, tool results), so the compaction
-    archives it with the rest: a message it clips or summarizes stays stored whole and searchable. False when
-    nothing was stored (nothing new, or the turn rewrote history; its end appends as usual)."""
+    archives it with the rest: a message it clips or summarizes stays stored whole and searchable.
+
+    True: stored right after what ``live`` holds. False: stored, but another process wrote in between (``live``
+    is re-read). None: nothing stored (nothing new, or the turn rewrote history; its end appends as usual).
+    """
     stored = live.messages
     if len(replaced) <= len(stored) or replaced[: len(stored)] != stored:
-        return False
+        return None
     new = replaced[len(stored):]
     rt = sessions.rt
     try:
         last = await rt.store.messages.append(live.id, new, [rt.counter.count_message(m) for m in new])
     except SessionEnded:
-        return False
+        return None
     if last == live.watermark + len(new):
         live.messages, live.watermark = stored + new, last
-    else:  # another process wrote meanwhile: take its rows in stored order
-        await rt.storage.run(lambda: _reread(sessions, live), f"reloading session {live.id}")
-    return True
+        return True
+    await rt.storage.run(lambda: _reread(sessions, live), f"reloading session {live.id}")
+    return False
 
 
 async def persist_turn(sessions: SessionManager, live: LiveSession, result: TurnResult, *, saved: int = 0) -> None:
