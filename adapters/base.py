@@ -33,6 +33,7 @@ __all__ = [
     "keep_alive",
     "parse_command",
     "split_message",
+    "storable_text",
     "utf16_len",
 ]
 
@@ -41,7 +42,17 @@ ChatType = Literal["dm", "group", "channel", "thread"]
 
 log = logging.getLogger(__name__)
 
+# NUL (PostgreSQL text refuses it) and lone UTF-16 surrogates (no UTF-8 form; JSON and tokenizers choke).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 _COMMAND = re.compile(r"/([A-Za-z0-9_]+(?:@[A-Za-z0-9_]+)?)(?:\s+(.*))?$", re.DOTALL)
+
+
+def storable_text(text: str) -> str:
+    """``text`` with NUL and lone surrogates replaced by U+FFFD, so every backend stores the same string.
+
+    One UTF-16 unit is replaced by one, so Telegram's entity offsets stay valid.
+    """
+    return _UNSTORABLE.sub("\ufffd", text)
 
 
 class SendError(Exception):
@@ -92,6 +103,14 @@ class Inbound:
     # Where the platform has them (Discord): the server and the sender's roles there, for access control.
     guild_id: str | None = None
     role_ids: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # Text enters here from every platform: made storable once, before anything (a paid turn) uses it.
+        for name in ("text", "user_name", "command_args"):
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                raise TypeError(f"Inbound.{name} must be text, not {type(value).__name__}")
+            object.__setattr__(self, name, storable_text(value))
 
     @property
     def chat(self) -> ChatRef:
@@ -212,6 +231,15 @@ class Adapter(ABC):
         """
         self._handler = None
         await asyncio.sleep(0)  # let dispatched handler tasks take their first step into the callback
+
+    async def wait_failed(self) -> BaseException:
+        """Return (with the cause) once the connection is lost for good; never for adapters without one.
+
+        The gateway waits on this beside its shutdown signal and exits non-zero when it returns, so the service
+        manager restarts the process instead of leaving one that answers nobody.
+        """
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
 
     @abstractmethod
     def typing(self, chat: ChatRef | Inbound) -> contextlib.AbstractAsyncContextManager[None]:

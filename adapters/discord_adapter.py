@@ -35,12 +35,15 @@ from adapters.base import (
 )
 from adapters.discord_slash import PendingInteraction, PendingInteractions, build_tree
 from adapters.live import ChatThrottle, EditedReply, LiveRateLimited
+from adapters.supervise import Backoff, Supervisor, describe, retry_start
 
 log = logging.getLogger(__name__)
 
 DISCORD_LIMIT = 2000
 _USER_MESSAGE_TYPES = {discord.MessageType.default, discord.MessageType.reply}
 Sleep = Callable[[float], Awaitable[None]]
+# What waiting cannot fix: a rejected token, a privileged intent not enabled in the Developer Portal.
+_FATAL = (discord.LoginFailure, discord.PrivilegedIntentsRequired)
 T = TypeVar("T")
 
 
@@ -65,6 +68,7 @@ class DiscordSettings:
     # routes each guild to shard (guild_id >> 22) % shard_count and DMs to shard 0.
     shard_count: int | None = None
     shard_ids: tuple[int, ...] = ()
+    backoff: Backoff = field(default_factory=Backoff)
     # Show answers as they grow by editing one message, at most once per ``edit_interval`` s per channel.
     streaming: bool = True
     edit_interval: float = 1.0
@@ -91,12 +95,31 @@ def _guard_parsers(client: discord.Client) -> None:
             try:
                 parse(data)
             except Exception as exc:
-                log.warning("discord: skipping malformed %s event (%s: %s)", event, type(exc).__name__, exc)
+                log.warning("discord: skipping malformed %s event (%s)", event, describe(exc))
 
         return run
 
     for event, parse in list(parsers.items()):
         parsers[event] = guarded(event, parse)
+
+
+class _OneLineReconnects(logging.Filter):
+    """discord.py logs every reconnect of the gateway with a full traceback; one line with the cause is enough
+    (a dropped connection is routine, and a dead one is reported by our supervisor at ERROR)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and str(record.msg).startswith("Attempting a reconnect"):
+            cause = record.exc_info[1]
+            record.msg = f"discord: gateway connection dropped ({describe(cause) if cause else 'unknown'}); " \
+                         "discord.py reconnects in %.2fs"
+            record.exc_info = record.exc_text = None
+        return True
+
+
+def _quiet_reconnects() -> None:
+    library = logging.getLogger("discord.client")
+    if not any(isinstance(f, _OneLineReconnects) for f in library.filters):
+        library.addFilter(_OneLineReconnects())
 
 
 class DiscordAdapter(Adapter):
@@ -115,8 +138,9 @@ class DiscordAdapter(Adapter):
                               # RateLimited above it.
                               max_ratelimit_timeout=30.0, guild_ready_timeout=0.1)
         _guard_parsers(self.client)
+        _quiet_reconnects()
         self.client.event(self.on_message)
-        self._task: asyncio.Task[None] | None = None
+        self._supervisor: Supervisor | None = None
         self._interactions = PendingInteractions()
         self._throttle = ChatThrottle(settings.edit_interval)
         if settings.slash_commands:
@@ -125,33 +149,70 @@ class DiscordAdapter(Adapter):
             self.client.setup_hook = self._sync_commands  # type: ignore[method-assign]
 
     async def start(self, on_message: InboundHandler) -> None:
-        """Log in and connect to the gateway; returns once the client is ready."""
+        """Log in (retrying an unreachable Discord with backoff) and connect under supervision; returns once
+        the client is ready. A rejected token raises ConnectionError at once."""
         self._handler = on_message
-        self._task = asyncio.create_task(self.client.start(self.settings.token))
-        ready = asyncio.create_task(self.client.wait_until_ready())
-        await asyncio.wait({self._task, ready}, timeout=self.settings.ready_timeout,
-                           return_when=asyncio.FIRST_COMPLETED)
+        try:
+            await retry_start(self._login, what="discord: login", backoff=self.settings.backoff,
+                              fatal=(discord.LoginFailure,))
+        except discord.LoginFailure:
+            await self.client.close()
+            raise ConnectionError("discord rejected the bot token (check discord.token)") from None
+        except ConnectionError:
+            await self.client.close()
+            raise
+        self._supervisor = Supervisor("discord", self.settings.backoff, fatal=_FATAL)
+        self._supervisor.watch(self._connection)
+        ready = asyncio.ensure_future(self.client.wait_until_ready())
+        failed = self._supervisor.failed
+        await asyncio.wait({failed, ready}, timeout=self.settings.ready_timeout, return_when=asyncio.FIRST_COMPLETED)
         if not ready.done():
             ready.cancel()
-            failure = self._task.exception() if self._task.done() else None
+            why = str(failed.result()) if failed.done() else "timeout"
             await self.stop()
-            raise ConnectionError(f"discord did not become ready: {type(failure).__name__ if failure else 'timeout'}")
+            raise ConnectionError(f"discord did not become ready: {why}")
         log.info("discord: connected as %s", self.client.user)
 
     @property
     def connected(self) -> bool:
         """Logged in, ready and not closed (``/readyz``)."""
-        return self._task is not None and self.client.is_ready() and not self.client.is_closed()
+        return self._supervisor is not None and self.client.is_ready() and not self.client.is_closed()
+
+    async def _login(self) -> None:
+        if self.client.is_closed():
+            self.client.clear()  # discord.py closes the client on some gateway errors; clear() reopens it
+        await self.client.login(self.settings.token)
+
+    async def _connection(self) -> None:
+        """One supervised run of the gateway connection: returns or raises when it is lost.
+
+        discord.py reconnects on its own after network drops; what reaches here is what it gives up on (a
+        frame it cannot parse, a close code it treats as final), so the connection is rebuilt from login.
+        """
+        try:
+            if self.client.is_closed() or self.client.http.token is None:
+                await self._login()
+            await self.client.connect(reconnect=True)
+        finally:
+            ws = self.client.ws
+            if ws is not None and not self.client.is_closed():
+                # The broken socket's heartbeat thread would otherwise keep it open beside the new one.
+                with contextlib.suppress(Exception):
+                    await ws.close(code=4000)
+
+    async def wait_failed(self) -> BaseException:
+        """The cause, once Discord cannot be reconnected (see `adapters.supervise`)."""
+        if self._supervisor is None:
+            return await super().wait_failed()
+        return await self._supervisor.failed
 
     async def stop(self) -> None:
         """Let in-flight handlers send their replies, then close the connection; idempotent."""
-        if self._task is None:
+        supervisor, self._supervisor = self._supervisor, None
+        if supervisor is None:
             return
-        task, self._task = self._task, None
         await self._drain(self.settings.drain_seconds)
-        await self.client.close()
-        with contextlib.suppress(Exception, asyncio.CancelledError):
-            await task
+        await supervisor.stop(self.client.close)
 
     def typing(self, chat: ChatRef | Inbound) -> contextlib.AbstractAsyncContextManager[None]:
         """Trigger typing now and every ``typing_interval`` s (Discord shows it ~10 s)."""
@@ -278,8 +339,8 @@ class DiscordAdapter(Adapter):
         self._interactions.add(interaction)
         try:
             inbound = self._interaction_inbound(interaction, name, args)
-        except Exception:
-            log.exception("discord: could not read interaction %s; skipped", interaction.id)
+        except Exception as exc:
+            log.warning("discord: skipping unreadable interaction %s (%s)", interaction.id, describe(exc))
             return
         self._dispatch(inbound)
 
@@ -315,8 +376,8 @@ class DiscordAdapter(Adapter):
         """discord.py event: turn a message into an Inbound and hand it on (errors only logged)."""
         try:
             inbound = self._to_inbound(message)
-        except Exception:
-            log.exception("discord: could not read message %s; skipped", getattr(message, "id", "?"))
+        except Exception as exc:
+            log.warning("discord: skipping unreadable message %s (%s)", getattr(message, "id", "?"), describe(exc))
             return
         if inbound is not None:
             self._dispatch(inbound)
@@ -327,6 +388,8 @@ class DiscordAdapter(Adapter):
             return None
         if message.author.bot and not self.settings.allow_bots:
             return None
+        if not isinstance(message.content, str):
+            raise TypeError(f"content is {type(message.content).__name__}, not text")
         if len(message.content) > self.settings.max_inbound_chars:
             log.warning("discord: skipping message %s of %d characters", message.id, len(message.content))
             return None
@@ -406,6 +469,8 @@ def _replies_to(message: discord.Message, user_id: int) -> bool:
 
 
 def _attachment(item: discord.Attachment, max_image_bytes: int) -> Attachment:
-    mime = item.content_type or "application/octet-stream"
+    if not isinstance(item.size, int) or not isinstance(item.url, str):
+        raise TypeError(f"attachment {item.id} has a malformed size or url")
+    mime = item.content_type if isinstance(item.content_type, str) else "application/octet-stream"
     kind = "image" if mime.startswith("image/") and item.size <= max_image_bytes else "file"
-    return Attachment(kind=kind, mime=mime, size=item.size, name=item.filename, url=item.url)
+    return Attachment(kind=kind, mime=mime, size=item.size, name=str(item.filename), url=item.url)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal
 
+import httpx
 from telegram import Message, MessageEntity, ReplyParameters, Update
 from telegram.constants import ChatMemberStatus
 from telegram.error import BadRequest, Forbidden, InvalidToken, NetworkError, RetryAfter, TelegramError
@@ -48,10 +49,12 @@ from adapters.base import (
     keep_alive,
     parse_command,
     split_message,
+    storable_text,
     utf16_len,
 )
 from adapters.live import ChatThrottle, EditedReply, LiveRateLimited
 from adapters.logsafe import redact_in_logs
+from adapters.supervise import Backoff, Supervisor, describe, retry_start
 from adapters.telegram_format import markdown_to_telegram_html
 from adapters.telegram_handoff import UpdateHandOff
 from adapters.telegram_webhook import WebhookServer
@@ -90,6 +93,10 @@ class TelegramSettings:
     # False: `start` connects without polling; the gateway calls `start_polling` when this worker holds the
     # polling lease (several workers, one poller).
     poll_on_start: bool = True
+    backoff: Backoff = field(default_factory=Backoff)
+    # Polling that fetched nothing (not even an empty answer) for this long is restarted.
+    stall_seconds: float = 150.0
+    watch_interval: float = 5.0
     # Show answers as they grow by editing one message, at most once per ``edit_interval`` s per chat.
     streaming: bool = True
     edit_interval: float = 1.0
@@ -116,22 +123,45 @@ class _SkippingUpdatesRequest(HTTPXRequest):
 
     handoff: UpdateHandOff | None = None
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.last_answer = float("-inf")  # when a long poll last answered 200 (the polling watch reads it)
+        self.polling = False  # off while PTB stops polling: its closing getUpdates call is no sign of health
+        self.held = False
+
     async def do_request(self, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
         if self.handoff is not None:
-            await self.handoff.wait()
+            self.held = True  # waiting on our own gateway is no stall of Telegram's
+            try:
+                await self.handoff.wait()
+            finally:
+                self.held = False
         code, payload = await super().do_request(*args, **kwargs)
         if code != 200:
             return code, payload
+        if self.polling:
+            self.last_answer = time.monotonic()
         try:
             body = json.loads(payload)
         except ValueError:
             return code, payload
         if isinstance(body, dict) and isinstance(body.get("result"), list):
-            body["result"] = [_parseable(item) for item in body["result"] if isinstance(item, dict)]
+            body["result"] = [_parseable(_storable(item)) for item in body["result"] if isinstance(item, dict)]
             payload = json.dumps(body).encode()
             if self.handoff is not None:
                 self.handoff.fetched(u["update_id"] for u in body["result"] if isinstance(u.get("update_id"), int))
         return code, payload
+
+
+def _storable(value: Any) -> Any:
+    """Every string inside an update made storable (NUL, lone surrogates), before PTB parses entities."""
+    if isinstance(value, str):
+        return storable_text(value)
+    if isinstance(value, dict):
+        return {key: _storable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_storable(item) for item in value]
+    return value
 
 
 def _parseable(update: dict[str, Any]) -> dict[str, Any]:
@@ -170,16 +200,19 @@ class TelegramAdapter(Adapter):
         super().__init__()
         self.settings = settings
         redact_in_logs(settings.token, "<telegram-token>")
+        self._supervisor: Supervisor | None = None
+        self._polling_since = 0.0
+        self._downloads: httpx.AsyncClient | None = None
         root = (settings.api_base_url or "https://api.telegram.org").rstrip("/")
         self.handoff = UpdateHandOff()
-        updates_request = _SkippingUpdatesRequest(read_timeout=settings.poll_timeout + 10)
-        updates_request.handoff = self.handoff
+        self._updates_request = _SkippingUpdatesRequest(read_timeout=settings.poll_timeout + 10)
+        self._updates_request.handoff = self.handoff
         self.app: Application[Any, Any, Any, Any, Any, Any] = (
             Application.builder()
             .token(settings.token)
             .base_url(f"{root}/bot")
             .base_file_url(f"{root}/file/bot")
-            .get_updates_request(updates_request)
+            .get_updates_request(self._updates_request)
             .build()
         )
         self.app.add_handler(TypeHandler(Update, self._on_update))
@@ -195,10 +228,12 @@ class TelegramAdapter(Adapter):
         return self.app.bot.username
 
     async def start(self, on_message: InboundHandler) -> None:
-        """Log in (getMe), then poll or serve the webhook; returns once updates are flowing."""
+        """Log in (getMe, retrying an unreachable Telegram with backoff), then poll under supervision or serve
+        the webhook; returns once updates are flowing. A rejected token raises ConnectionError at once."""
         self._handler = on_message
         try:
-            await self.app.initialize()
+            await retry_start(self.app.initialize, what="telegram: getMe", backoff=self.settings.backoff,
+                              fatal=(InvalidToken,))
             rejected = False
         except InvalidToken:
             rejected = True
@@ -231,26 +266,75 @@ class TelegramAdapter(Adapter):
         return self.settings.mode == "polling" and updater is not None and updater.running
 
     async def start_polling(self) -> None:
-        """Begin long polling (idempotent); what Telegram holds for the bot arrives from its offset on."""
+        """Begin long polling under supervision (idempotent); what Telegram holds for the bot arrives from its
+        offset on."""
         updater = self.app.updater
         assert updater is not None  # the builder always makes one
-        if not updater.running and self._handler is not None:
-            await updater.start_polling(poll_interval=0.0, timeout=self.settings.poll_timeout)
-            log.info("telegram: polling started")
+        if updater.running or self._handler is None:
+            return
+        await self._start_polling()
+        self._supervisor = Supervisor("telegram", self.settings.backoff, fatal=(InvalidToken,),
+                                      progressed=lambda started: self._updates_request.last_answer > started)
+        self._supervisor.watch(self._watch_polling)
+        log.info("telegram: polling started")
 
     async def stop_polling(self) -> None:
         """Stop fetching updates (idempotent); the unconfirmed ones stay with Telegram for the next poller."""
         updater = self.app.updater
-        if updater is not None and updater.running:
-            await updater.stop()
+        was_polling = updater is not None and updater.running
+        if self._supervisor is not None:
+            await self._supervisor.stop()
+            self._supervisor = None
+        await self._stop_polling()
+        if was_polling:
             log.info("telegram: polling stopped")
+
+    async def _start_polling(self) -> None:
+        updater = self.app.updater
+        assert updater is not None
+        self._polling_since = time.monotonic()
+        self._updates_request.polling = True
+        await updater.start_polling(poll_interval=0.0, timeout=self.settings.poll_timeout,
+                                    error_callback=self._polling_error)
+
+    async def _stop_polling(self) -> None:
+        updater = self.app.updater
+        self._updates_request.polling = False
+        if updater is not None and updater.running:
+            await updater.stop()  # confirms exactly what was fetched
+
+    def _polling_error(self, error: TelegramError) -> None:
+        # PTB retries getUpdates itself; one line per failure instead of its traceback.
+        log.warning("telegram: getUpdates failed (%s); PTB retries", describe(error))
+
+    async def _watch_polling(self) -> None:
+        """One supervised run of long polling: returns when PTB's polling has stopped, raises when getUpdates
+        has not answered for ``stall_seconds``; the polling is (re)started here after a loss."""
+        updater = self.app.updater
+        assert updater is not None
+        if not updater.running:
+            await self._start_polling()
+        while updater.running:
+            await asyncio.sleep(self.settings.watch_interval)
+            silent = time.monotonic() - max(self._updates_request.last_answer, self._polling_since)
+            if silent > self.settings.stall_seconds and not self._updates_request.held:
+                await self._stop_polling()
+                raise ConnectionError(f"getUpdates has not answered for {silent:.1f} s")
+        if self._running:
+            raise ConnectionError("polling stopped")
+
+    async def wait_failed(self) -> BaseException:
+        """The cause, once polling cannot be restarted (see `adapters.supervise`)."""
+        if self._supervisor is None:
+            return await super().wait_failed()
+        return await self._supervisor.failed
 
     async def stop_receiving(self) -> None:
         """Stop fetching updates (Telegram keeps the unfetched ones for the next start) and hand on the
         fetched ones; replies can still be sent."""
-        updater = self.app.updater
-        if updater is not None and updater.running:
-            await updater.stop()  # confirms exactly what was fetched
+        if self._supervisor is not None:
+            await self._supervisor.stop()
+        await self._stop_polling()
         await self.app.update_queue.join()
         await super().stop_receiving()
 
@@ -259,15 +343,17 @@ class TelegramAdapter(Adapter):
         if not self._running:
             return
         self._running = False
-        updater = self.app.updater
-        if updater is not None and updater.running:
-            await updater.stop()
+        if self._supervisor is not None:
+            await self._supervisor.stop()
+        await self._stop_polling()
         if self._webhook is not None:
             self._handler = None  # new webhook deliveries get 503: Telegram sends them again, elsewhere
             await self._webhook.aclose()
         await self._drain(self.settings.drain_seconds)
         await self.app.stop()
         await self.app.shutdown()
+        if self._downloads is not None:
+            await self._downloads.aclose()
 
     def typing(self, chat: ChatRef | Inbound) -> contextlib.AbstractAsyncContextManager[None]:
         """sendChatAction "typing" now and every ``typing_interval`` s (Telegram shows it ~5 s)."""
@@ -469,8 +555,8 @@ class TelegramAdapter(Adapter):
             return
         try:
             inbound = await self._to_inbound(message)
-        except Exception:
-            log.exception("telegram: could not read update %s; skipped", update.update_id)
+        except Exception as exc:
+            log.warning("telegram: skipping unreadable update %s (%s)", update.update_id, describe(exc))
             return
         if inbound is not None:
             self._dispatch(inbound)
@@ -479,7 +565,11 @@ class TelegramAdapter(Adapter):
         user = message.from_user
         if user is not None and user.is_bot and not self.settings.allow_bots and user.id != _ANONYMOUS_ADMIN_BOT_ID:
             return None
+        if message.chat is None or not isinstance(message.chat.id, int):
+            raise TypeError("no chat, or a chat id that is not a number")
         text = message.text or message.caption or ""
+        if not isinstance(text, str):
+            raise TypeError(f"text is {type(text).__name__}, not text")
         if utf16_len(text) > self.settings.max_inbound_chars:
             log.warning("telegram: skipping message %s of %d units", message.message_id, utf16_len(text))
             return None
@@ -561,18 +651,39 @@ class TelegramAdapter(Adapter):
         return is_admin
 
     async def _attachments(self, message: Message) -> tuple[Attachment, ...]:
-        """The largest photo size, downloaded into a data URL (file URLs would carry the bot token)."""
+        """The largest photo size, downloaded into a data URL (file URLs would carry the bot token).
+
+        The cap is enforced on the bytes actually read: a photo may declare no size, or a false one.
+        """
         if not message.photo:
             return ()
         photo = message.photo[-1]
-        if photo.file_size and photo.file_size > self.settings.max_attachment_bytes:
+        cap = self.settings.max_attachment_bytes
+        if photo.file_size and photo.file_size > cap:
             log.info("telegram: photo of %d bytes over the limit, not attached", photo.file_size)
             return ()
         try:
-            data = bytes(await (await photo.get_file()).download_as_bytearray())
-        except TelegramError as exc:
+            file = await photo.get_file()
+            data = await self._download(str(file.file_path), cap)
+        except (TelegramError, httpx.HTTPError) as exc:
             log.warning("telegram: photo download failed (%s), message kept without it", type(exc).__name__)
+            return ()
+        if data is None:
+            log.info("telegram: photo over %d bytes while downloading, not attached", cap)
             return ()
         encoded = base64.b64encode(data).decode()
         return (Attachment(kind="image", mime="image/jpeg", size=len(data), name=f"{photo.file_unique_id}.jpg",
                            data_url=f"data:image/jpeg;base64,{encoded}"),)
+
+    async def _download(self, url: str, cap: int) -> bytes | None:
+        """The body at ``url``, or None as soon as more than ``cap`` bytes have arrived."""
+        if self._downloads is None:
+            self._downloads = httpx.AsyncClient(timeout=30.0)
+        received = bytearray()
+        async with self._downloads.stream("GET", url) as response:
+            response.raise_for_status()
+            async for chunk in response.aiter_bytes():
+                received += chunk
+                if len(received) > cap:
+                    return None
+        return bytes(received)

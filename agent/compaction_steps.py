@@ -7,11 +7,14 @@ has been compressed many times (R-G7). Keeping them in one place keeps every tri
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agent.compression.engine import ContextEngine
+from agent.compression.engine import CompressionResult, ContextEngine
 from agent.events import (
     EVENT_COMPRESS,
     AgentEvent,
@@ -21,11 +24,12 @@ from agent.events import (
     compressed_many_times_notice,
     emit_event,
     emit_notice,
+    still_compacting_notice,
 )
 from agent.memory import MemoryProvider
-from agent.turn import Compaction
+from agent.turn import PROGRESS_EVERY_S, Compaction
 
-__all__ = ["after_compaction", "before_compaction"]
+__all__ = ["after_compaction", "before_compaction", "compress_with_progress"]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +62,32 @@ async def before_compaction(
         await emit_notice(notices, compacting_notice())
         return True
     return False
+
+
+async def compress_with_progress(
+    engine: ContextEngine,
+    framed: Sequence[Mapping[str, Any]],
+    *,
+    notices: NoticeSink | None,
+    every_s: float = PROGRESS_EVERY_S,
+    **options: Any,
+) -> CompressionResult:
+    """``engine.compress(framed, **options)``, posting a progress line every ``every_s`` seconds it runs."""
+    started = time.monotonic()
+
+    async def progress() -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            await emit_notice(notices, still_compacting_notice(time.monotonic() - started))
+
+    ticker = asyncio.create_task(progress()) if notices is not None else None
+    try:
+        return await engine.compress(framed, **options)
+    finally:
+        if ticker is not None:
+            ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ticker
 
 
 async def after_compaction(

@@ -47,6 +47,7 @@ class NoticeKind(StrEnum):
     """The kinds of status notice a turn can produce."""
 
     COMPACTING = "compacting"
+    STILL_COMPACTING = "still_compacting"
     COMPRESSED_MANY_TIMES = "compressed_many_times"
     COMPRESSION_SKIPPED = "compression_skipped"
     COMPRESSION_ABORTED = "compression_aborted"
@@ -98,6 +99,13 @@ def tool_status(names: list[str]) -> str:
 def compacting_notice() -> Notice:
     """Shown when a compression that needs a summary call is about to run."""
     return Notice(NoticeKind.COMPACTING, "🗜️ Compacting context…")
+
+
+def still_compacting_notice(seconds: float) -> Notice:
+    """Shown while a compaction runs long, so a slow summary model never looks like a dead bot."""
+    return Notice(NoticeKind.STILL_COMPACTING,
+                  f"⏳ Still compacting the conversation ({seconds:.0f} s so far); your message is next.",
+                  {"seconds": seconds})
 
 
 def compressed_many_times_notice(count: int) -> Notice:

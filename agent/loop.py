@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from agent.compaction_steps import after_compaction, before_compaction
+from agent.compaction_steps import after_compaction, before_compaction, compress_with_progress
 from agent.compression.engine import CompressionResult, ContextEngine
 from agent.events import (
     EVENT_LLM_RESPONSE,
@@ -40,7 +40,8 @@ from agent.llm.base import Completion, Provider, Usage
 from agent.llm.errors import LLMError
 from agent.llm.images import ashrink_images_in_messages
 from agent.memory import MemoryProvider
-from agent.recovery import Action, budget_spent_text, plan_recovery
+from agent.recovery import Action, budget_spent_text, plan_recovery, still_too_large_text
+from agent.storable import storable, storable_text
 from agent.tokens import TokenCounter, TokenLedger, estimate_request_tokens_rough, get_counter
 from agent.tools.registry import ToolOutcome, ToolRegistry
 from agent.triggers import FitAnchor, cheap_gate, made_progress, post_response_tokens
@@ -64,6 +65,8 @@ SessionSwitch = Callable[[Compaction], Awaitable[str]]
 
 _DEFAULT_PROTECT_FIRST_N = 3
 _DEFAULT_PROTECT_LAST_N = 20
+# Turns in a row whose overflow recovery failed, after which a turn tries none until a call succeeds.
+_FAILED_RECOVERY_LIMIT = 1
 
 
 class _Stop(Exception):
@@ -93,6 +96,8 @@ class _Turn:
     partial: str = ""
 
     def append(self, message: dict[str, Any]) -> None:
+        # Everything a turn adds (the user's message, the model's answers, tool results) enters here.
+        message = storable(message)
         self.messages.append(message)
         self.appended.append(message)
 
@@ -140,6 +145,9 @@ class AgentLoop:
         # Per-message counts of the turn's list: each message is counted once, and a compression is handed
         # the counts instead of re-tokenizing.
         self._ledger = TokenLedger(self.counter)
+        # Kept across turns (anti-thrashing for overflow recovery): every call overflowing must not buy a
+        # summary call and a "compacting" notice on every turn.
+        self._failed_recoveries = 0
 
     async def run_turn(self, messages: Sequence[Mapping[str, Any]], message: str | Mapping[str, Any], *,
                        token_counts: Sequence[int] | None = None) -> TurnResult:
@@ -188,7 +196,7 @@ class AgentLoop:
             turn.append(reply)
             calls = completion.tool_calls
             if not calls:
-                return StopReason.FINAL, completion.text
+                return StopReason.FINAL, storable_text(completion.text)
             await self._run_tools(turn, calls)
             await self._post_response(turn)
         return StopReason.MAX_ITERATIONS, (
@@ -280,6 +288,7 @@ class AgentLoop:
                 turn.partial = ""
                 await self._recover(turn, error)
                 continue
+            self._failed_recoveries = 0
             turn.partial = ""
             self._record_usage(turn, completion, sent)
             await emit_event(self.events, AgentEvent(EVENT_LLM_RESPONSE, self.session_id, {
@@ -328,15 +337,27 @@ class AgentLoop:
             turn.messages = [dict(m) for m in shrunk]
             turn.images_shrunk += changed
         elif plan.action is Action.COMPRESS:
+            if turn.compressions_used:
+                # The previous recovery compression of this turn did not make the request fit.
+                _record_ineffective(self.engine)
+            elif self._failed_recoveries >= _FAILED_RECOVERY_LIMIT:
+                raise _Stop(still_too_large_text())
             turn.compressions_used += 1
             tokens = self._exact_request_tokens(turn.messages, self.tools.schemas())
             result = await self._compress(turn, "recovery", tokens, force=True)
             if result.aborted:
                 raise _Stop(aborted_notice(result.reason).text, notified=turn.told_aborted)
             if not result.compressed:
-                raise _Stop(budget_spent_text(turn.compressions_used) if turn.compressions_used > 1 else
+                self._failed_recoveries += 1
+                raise _Stop(budget_spent_text(turn.compressions_used, can_compress=False)
+                            if turn.compressions_used > 1 else
                             "⚠️ The conversation is too large for the model and nothing more can be compressed. "
                             "Use /new to start a fresh session.")
+        elif plan.budget_spent:
+            self._failed_recoveries += 1
+            framed = [{"role": "system", "content": self.system_prompt}, *turn.messages]
+            raise _Stop(budget_spent_text(turn.compressions_used,
+                                          can_compress=self.engine.has_content_to_compress(framed)))
         else:
             raise _Stop(plan.text)
 
@@ -351,7 +372,9 @@ class AgentLoop:
         if await before_compaction(self.engine, self.memory, framed, force=force, notices=self.notices,
                                    announce=not turn.told_compacting, **counts):
             turn.told_compacting = True
-        result = await self.engine.compress(framed, current_tokens=tokens, force=force, **counts)
+        result = await compress_with_progress(self.engine, framed, notices=self.notices,
+                                              every_s=self.config.progress_every_s, current_tokens=tokens,
+                                              force=force, **counts)
         # Every later check of the turn is still over the threshold and aborts again: warn once per turn.
         if result.aborted and not turn.told_aborted:
             turn.told_aborted = True
@@ -361,6 +384,7 @@ class AgentLoop:
         return result
 
     async def _after_compaction(self, turn: _Turn, trigger: str, result: CompressionResult) -> None:
+        replaced = turn.messages
         new = list(result.messages)
         if new and new[0].get("role") == "system":
             self.system_prompt = str(new.pop(0).get("content") or "")
@@ -370,7 +394,8 @@ class AgentLoop:
         self._anchor = None
         self._skip_noticed = False
         old_id = self.session_id
-        compaction = Compaction(trigger, result, self.system_prompt, old_id, old_id, len(turn.appended))
+        compaction = Compaction(trigger, result, self.system_prompt, old_id, old_id, len(turn.appended),
+                                tuple(replaced))
         # Recorded before any await, so a cancelled turn still reports the list it replaced.
         turn.compactions.append(compaction)
         if self.switch_session is not None:
@@ -417,6 +442,13 @@ def _ineffective_streak(engine: ContextEngine) -> int:
 def _defers_to_real_usage(engine: ContextEngine) -> bool:
     """Whether the engine says real usage already proved the list fits (`ContextCompressor.deferred_to_real_usage`)."""
     return bool(getattr(engine, "deferred_to_real_usage", False))
+
+
+def _record_ineffective(engine: ContextEngine) -> None:
+    """Count a recovery compression that did not help toward the engine's anti-thrashing, where it has one."""
+    record = getattr(engine, "record_ineffective", None)
+    if callable(record):
+        record()
 
 
 def _lower_context_length(engine: ContextEngine, context_length: int) -> None:

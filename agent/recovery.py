@@ -11,6 +11,7 @@ from enum import StrEnum
 from agent.llm.errors import (
     AuthError,
     ContextOverflow,
+    DeadlineExceeded,
     ImageTooLarge,
     LLMError,
     LongContextTier,
@@ -20,7 +21,7 @@ from agent.llm.errors import (
     RateLimited,
 )
 
-__all__ = ["Action", "Recovery", "budget_spent_text", "plan_recovery", "user_error_text"]
+__all__ = ["Action", "Recovery", "budget_spent_text", "plan_recovery", "still_too_large_text", "user_error_text"]
 
 
 class Action(StrEnum):
@@ -41,12 +42,22 @@ class Recovery:
     context_length: int | None = None
     max_tokens: int | None = None
     text: str = ""
+    # STOP because the turn's compression budget is spent (the loop words the advice: /compress or not).
+    budget_spent: bool = False
 
 
-def budget_spent_text(attempts: int) -> str:
-    """What the user reads when the per-turn compression budget is used up."""
-    return (f"⚠️ The conversation is still too large for the model after {attempts} compression attempts. "
-            "Run /compress to compact it, or /new to start a fresh session.")
+def budget_spent_text(attempts: int, *, can_compress: bool = True) -> str:
+    """What the user reads when the per-turn compression budget is used up; /compress is suggested only
+    when it has something to do."""
+    advice = ("Run /compress to compact it, or /new to start a fresh session." if can_compress else
+              "Use /new to start a fresh session; the history stays stored and searchable.")
+    return f"⚠️ The conversation is still too large for the model after {attempts} compression attempts. {advice}"
+
+
+def still_too_large_text() -> str:
+    """What the user reads when earlier overflow recoveries did not help, so none is tried again."""
+    return ("⚠️ The conversation is still too large for the model, and compressing it again has not helped. "
+            "Use /new to start a fresh session; the history stays stored and searchable.")
 
 
 def user_error_text(error: LLMError) -> str:
@@ -58,6 +69,9 @@ def user_error_text(error: LLMError) -> str:
         return f"⚠️ The configured model is not available at the provider ({detail})."
     if isinstance(error, RateLimited):
         return "⚠️ The model provider is rate-limiting requests right now. Please try again in a moment."
+    if isinstance(error, DeadlineExceeded):
+        return ("⚠️ The model did not finish its answer in time, so the request was stopped. Please try again, "
+                "or ask for a shorter answer.")
     if isinstance(error, NetworkError):
         return "⚠️ Could not reach the model provider (network problem). Please try again."
     return f"⚠️ The model call failed: {type(error).__name__}: {detail}"
@@ -79,7 +93,7 @@ def plan_recovery(error: LLMError, *, context_length: int, max_tokens: int | Non
         return Recovery(Action.SHRINK_IMAGES)
     if isinstance(error, ContextOverflow | PayloadTooLarge | LongContextTier):
         if compressions_used >= max_compressions:
-            return Recovery(Action.STOP, text=budget_spent_text(compressions_used))
+            return Recovery(Action.STOP, text=budget_spent_text(compressions_used), budget_spent=True)
         lowered: int | None = None
         if isinstance(error, ContextOverflow) and error.limit and 0 < error.limit < context_length:
             lowered = error.limit

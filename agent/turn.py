@@ -38,6 +38,10 @@ class StopReason(StrEnum):
     ERROR = "error"
 
 
+# A compaction running longer than this posts a progress line in the chat, and again after each further period.
+PROGRESS_EVERY_S = 20.0
+
+
 @dataclass(frozen=True, slots=True)
 class LoopConfig:
     """Bounds of a turn. Defaults follow the spec (R-P1, R-P3)."""
@@ -52,6 +56,8 @@ class LoopConfig:
     # False: never compress on the loop's own initiative (preflight, post-response); recovery from a provider's
     # context-overflow error still compresses, since the alternative is a conversation that cannot continue.
     auto_compress: bool = True
+    # A compaction running longer than this posts a "still compacting" line in the chat (and again after each).
+    progress_every_s: float = PROGRESS_EVERY_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +72,9 @@ class Compaction:
     # How many of the turn's appended messages (from the user's on) the compacted list was computed from: the
     # ones a persisted compaction already holds, verbatim or summarized.
     appended: int = 0
+    # The messages it compressed (system prompt excluded), some added by this turn and not stored yet: the
+    # gateway stores those first, so what the compaction clipped or summarized is archived, never lost.
+    replaced: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ from rich.progress import Progress as RichProgress
 from adapters.base import Adapter
 from adapters.console import ConsoleAdapter, input_is_empty
 from agent.compression.engine import ContextEngine, resolve_engine_factory
+from agent.compression.threshold import output_reserve
 from agent.llm.base import Provider
 from agent.llm.models import build_provider, build_provider_from_spec, context_length_for, resolve_auxiliary
 from agent.memory import FileMemoryProvider, MemoryProvider
@@ -59,12 +60,16 @@ __all__ = [
     "run_gateway",
     "run_sweep",
     "session_status",
+    "summary_deadline_seconds",
     "summary_provider_for",
 ]
 
 log = logging.getLogger(__name__)
 
 EXIT_NOT_CONFIGURED = 2
+# A platform could not be reached at start-up or its connection cannot be recovered: exit so that the service
+# manager (systemd Restart=on-failure, docker restart policies) starts a fresh process.
+EXIT_PLATFORM_FAILED = 1
 NO_PLATFORM_HELP = ("concord: no platform is configured (set CONCORD_DISCORD__TOKEN or CONCORD_TELEGRAM__TOKEN) "
                     "and stdin gave no input for the console; run it in a terminal or pipe messages in")
 SHUTDOWN_GRACE_SECONDS = 30.0
@@ -97,10 +102,10 @@ def _secret(value: object) -> str | None:
     return getter() if callable(getter) else None
 
 
-def _provider_options(settings: Settings, base_url: str | None) -> dict[str, Any]:
+def _provider_options(settings: Settings, base_url: str | None, timeout: float | None = None) -> dict[str, Any]:
     caching = settings.prompt_caching
     return {
-        "timeout": settings.llm.timeout_seconds,
+        "timeout": timeout or settings.llm.timeout_seconds,
         # A base URL of one's own is usually a local server (llama.cpp, Ollama, vLLM) that wants no key.
         "require_api_key": base_url is None,
         # None: on where the route accepts cache_control (R-K2); False: the operator switched it off.
@@ -118,24 +123,31 @@ def main_provider_for(settings: Settings) -> Provider:
 
 def summary_provider_for(settings: Settings, main: Provider | None = None) -> Provider:
     """The summary model's provider (``auxiliary.compression``, falling back to ``llm``); ``main`` is reused
-    when the summary model is the main model."""
+    when the summary model is the main model with the same deadline."""
     spec = resolve_auxiliary(settings.llm, settings.auxiliary.compression)
-    if main is not None and spec.model == settings.llm.model:
+    timeout = settings.auxiliary.compression.timeout_seconds
+    if main is not None and spec.model == settings.llm.model and timeout in (None, settings.llm.timeout_seconds):
         return main
-    return build_provider_from_spec(spec, **_provider_options(settings, spec.base_url))
+    return build_provider_from_spec(spec, **_provider_options(settings, spec.base_url, timeout))
+
+
+def summary_deadline_seconds(settings: Settings) -> float:
+    """How long one compaction may wait for its summary: twice the summary request's deadline."""
+    return 2 * (settings.auxiliary.compression.timeout_seconds or settings.llm.timeout_seconds)
 
 
 def _engine_factory(settings: Settings, provider: Provider, summary: Provider) -> Callable[[], ContextEngine]:
     llm, comp = settings.llm, settings.compression
     spec = resolve_auxiliary(settings.llm, settings.auxiliary.compression)
     window = context_length_for(llm.model, llm.context_length)
+    max_tokens = output_reserve(llm.max_tokens, window)
     summary_window = context_length_for(spec.model, spec.context_length) if spec.model != llm.model else window
     kwargs = dict(
         context_length=window, threshold=comp.threshold, target_ratio=comp.target_ratio,
-        protect_first_n=comp.protect_first_n, protect_last_n=comp.protect_last_n, max_tokens=llm.max_tokens,
+        protect_first_n=comp.protect_first_n, protect_last_n=comp.protect_last_n, max_tokens=max_tokens,
         summary_provider=summary, main_provider=provider, summary_context_length=summary_window,
         abort_on_summary_failure=comp.abort_on_summary_failure, encoding=llm.encoding, provider_name=llm.provider,
-        model=llm.model, autoraise=comp.autoraise,
+        model=llm.model, autoraise=comp.autoraise, summary_deadline_seconds=summary_deadline_seconds(settings),
     )
     # Resolve and build one engine now, so an unknown context.engine or a far too small summary model
     # (R-C9) stops start-up with a clear message instead of failing on the first message of every chat.
@@ -333,6 +345,19 @@ class Gateway:
         else:
             await asyncio.Event().wait()
 
+    async def wait_failed(self) -> str:
+        """Return, with a one-line reason, once any started adapter's connection is lost for good."""
+        waits = {asyncio.ensure_future(adapter.wait_failed()): adapter for adapter in self._started}
+        if not waits:
+            await asyncio.Event().wait()
+        try:
+            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in waits:
+                task.cancel()
+        first = done.pop()
+        return f"{waits[first].name}: {first.result()}"
+
     async def aclose(self, grace_seconds: float = SHUTDOWN_GRACE_SECONDS) -> None:
         """Finish in-flight turns (up to ``grace_seconds``), then disconnect and release everything."""
         if self._closed:
@@ -394,21 +419,32 @@ async def _close_runtime(rt: Runtime) -> None:
 
 
 async def _serve(gateway: Gateway) -> int:
-    """Run ``gateway`` until a signal or the console's end; exit 2 when the console never got a line."""
+    """Run ``gateway`` until a signal or the console's end; exit 2 when the console never got a line, 1 when a
+    platform cannot be reached at start-up or its connection cannot be recovered."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
+    status = 0
     try:
-        await gateway.start()
+        try:
+            await gateway.start()
+        except ConnectionError as exc:
+            log.error("cannot start: %s", exc)
+            return EXIT_PLATFORM_FAILED
         closed = asyncio.create_task(gateway.wait_closed())
         stopping = asyncio.create_task(stop.wait())
-        await asyncio.wait({closed, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        for task in (closed, stopping):
+        failed = asyncio.create_task(gateway.wait_failed())
+        await asyncio.wait({closed, stopping, failed}, return_when=asyncio.FIRST_COMPLETED)
+        for task in (closed, stopping, failed):
             task.cancel()
         if stop.is_set():
             log.info("signal received: finishing in-flight turns")
+        elif failed.done() and not failed.cancelled():
+            log.error("platform connection lost for good (%s); exiting so the service manager restarts Concord",
+                      failed.result())
+            status = EXIT_PLATFORM_FAILED
     finally:
         await gateway.aclose()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -419,7 +455,7 @@ async def _serve(gateway: Gateway) -> int:
         # A pipe that closed without a line (`true | concord run`): nobody is there either.
         print(NO_PLATFORM_HELP, file=sys.stderr)
         return EXIT_NOT_CONFIGURED
-    return 0
+    return status
 
 
 async def run_sweep(settings: Settings, dry_run: bool = False, *, show_progress: bool = True) -> SweepReport:

@@ -136,6 +136,9 @@ class StatusFigures:
     last_compaction_savings: float | None = None
     pins: int = 0
     pin_tokens: int = 0
+    # What the next request will hold before the new message: active messages, system prompt, tool schemas.
+    next_request_tokens: int | None = None
+    tool_count: int = 0
 
 
 def _pct(part: int, whole: int) -> str:
@@ -148,6 +151,9 @@ def format_status(s: StatusFigures) -> str:
     lines = [
         f"Session {s.session_id}",
         f"Context: {s.tokens:,} / {s.context_length:,} tokens ({_pct(s.tokens, s.context_length)}, {source})",
+        *([f"Next request: {s.next_request_tokens:,} / {s.context_length:,} tokens "
+            f"({_pct(s.next_request_tokens, s.context_length)}: {s.messages:,} messages, system prompt, "
+            f"{s.tool_count} tool schemas)"] if s.next_request_tokens is not None else []),
         f"Messages: {s.messages:,}",
         f"Compression threshold: {s.threshold_tokens:,} tokens ({_pct(s.threshold_tokens, s.context_length)})",
         f"Hygiene threshold: {s.hygiene_tokens:,} tokens ({_pct(s.hygiene_tokens, s.context_length)}) "
@@ -383,6 +389,7 @@ def status_figures(sessions: SessionManager, live: LiveSession) -> StatusFigures
     """Collect the /status figures of ``live``."""
     check = hygiene_check(sessions, live)
     engine, last = live.engine, live.last_compaction
+    schemas = live.loop.tools.schemas()
     return StatusFigures(
         session_id=live.id, tokens=check.tokens, token_source=check.token_source,
         context_length=engine.context_length, threshold_tokens=engine.threshold_tokens,
@@ -391,4 +398,6 @@ def status_figures(sessions: SessionManager, live: LiveSession) -> StatusFigures
         last_compaction_at=last.at if last else None, last_compaction_reason=last.reason if last else "",
         last_compaction_savings=last.savings_pct if last else None,
         pins=len(live.pins), pin_tokens=sum(p.tokens for p in live.pins),
+        next_request_tokens=sessions.rt.counter.count_request(live.messages, system=live.system_prompt, tools=schemas),
+        tool_count=len(schemas),
     )

@@ -14,7 +14,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from agent.compaction_steps import after_compaction, before_compaction
+from agent.compaction_steps import after_compaction, before_compaction, compress_with_progress
 from agent.compression.engine import CompressionResult
 from agent.events import (
     AgentEvent,
@@ -126,7 +126,8 @@ async def compress_session(
         if held is not None and getattr(engine, "accepts_token_counts", False) else {}
     await before_compaction(engine, memory, framed, force=force, notices=notices, **counts)
     engine.number_messages(live.first_seq)
-    result = await engine.compress(framed, current_tokens=tokens, focus_topic=focus, force=force, **counts)
+    result = await compress_with_progress(engine, framed, notices=notices, current_tokens=tokens, focus_topic=focus,
+                                          force=force, **counts)
     if result.aborted:
         await emit_notice(notices, aborted_notice(result.reason))
         await emit_event(events, AgentEvent(EVENT_COMPRESS_ABORTED, live.id, {"reason": reason}))

@@ -124,6 +124,9 @@ class AuxiliaryModel(BaseModel):
     base_url: str | None = None
     api_key: SecretStr | None = None
     context_length: int | None = Field(default=None, gt=0, le=MAX_CONTEXT_LENGTH)
+    # Overall deadline of one summary request; unset: llm.timeout_seconds. A compaction waits at most twice
+    # this for its summary (provider retries and the fallback to the main model included).
+    timeout_seconds: float | None = Field(default=None, gt=0, le=3600)
 
 
 class AuxiliarySettings(BaseModel):
@@ -200,6 +203,8 @@ class GatewaySettings(BaseModel):
     worker_id: str | None = Field(default=None, min_length=1, max_length=128)
     # How long a handled inbound id (Telegram update, Discord message) is remembered to drop redeliveries.
     dedupe_ttl_seconds: float = Field(default=172_800.0, gt=0)
+    # Longest reply sent to a chat; a longer answer is cut with a note (the whole answer stays stored).
+    max_reply_chars: int = Field(default=20_000, ge=500, le=1_000_000)
     # The persona: text, or @path to a file holding it; {bot_name} and {platform} are filled in. Unset: the
     # built-in one. Admins can override it per chat with /persona.
     system_prompt: str | None = None

@@ -61,6 +61,7 @@ from gateway.observe import GroupObserver
 from gateway.pairing import Pairing
 from gateway.prompt import speaker_tag
 from gateway.queues import SessionQueues
+from gateway.replies import cap_reply
 from gateway.session import LiveSession, SessionManager
 from gateway.turns import agent_turn
 
@@ -330,7 +331,7 @@ class Router:
         live = self.sessions.cached(key)
         pending = []
         for text in replies:
-            out = Outbound.to(inbound, text)
+            out = Outbound.to(inbound, cap_reply(text, self.settings.gateway.max_reply_chars))
             pending.append((out, await self.deliveries.record(out, live.id if live else None)))
         # Marked only once the answer is stored: a worker dying before this leaves the message to a
         # redelivery; one dying after leaves the answer to the ledger's recovery.
@@ -381,9 +382,11 @@ class Router:
         answer = _answer_text(result, running)
         if answer is None or stream is None:
             return [answer] if answer else []
-        # A live reply is sent by editing; the ledger still holds the final text until the edit is confirmed.
+        # The live reply becomes the exact final text, cut like any reply (a 1 MB answer is not 250 messages);
+        # the ledger holds that text until the edit is confirmed.
+        answer = cap_reply(answer, self.settings.gateway.max_reply_chars)
         delivery_id = await self.deliveries.record(Outbound.to(inbound, answer), live.id)
-        await stream.finish(answer)  # the live reply becomes the exact final text
+        await stream.finish(answer)
         await self.deliveries.confirm(adapter, delivery_id)
         return []
 

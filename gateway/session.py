@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.compression.engine import ContextEngine
+from agent.compression.threshold import output_reserve
 from agent.loop import AgentLoop
 from agent.memory import MemoryProvider
 from agent.tools.registry import ToolRegistry
@@ -232,7 +233,7 @@ class SessionManager:
                                     pins=pins)
         loop = AgentLoop(
             provider=rt.provider, engine=engine, system_prompt=prompt, session_id=record.id, tools=tools,
-            memory=memory, max_tokens=rt.settings.llm.max_tokens, model=rt.model or None, counter=rt.counter,
+            memory=memory, max_tokens=output_reserve(rt.settings.llm.max_tokens, engine.context_length), model=rt.model or None, counter=rt.counter,
             config=LoopConfig(max_iterations=rt.settings.llm.max_iterations,
                               auto_compress=rt.settings.compression.enabled),
             temperature=rt.settings.llm.temperature,

@@ -65,7 +65,15 @@ async def agent_turn(
 
     async def switch(compaction: Compaction) -> str:
         nonlocal saved
+        kept: list[dict[str, Any]] = []
         try:
+            kept, in_order = await _store_unstored(sessions, live, list(compaction.replaced))
+            if not in_order:
+                # Another process wrote between the rows this compaction was computed from: storing it would
+                # archive that write unseen. The turn goes on with its compacted list; the next one compacts.
+                log.info("session %s changed during the turn; its compaction is not stored", live.id)
+                saved = compaction.appended
+                return live.id
             stored = await persist_compaction(sessions, live, compaction.result, f"agent: {compaction.trigger}")
         except Exception as exc:
             if not is_storage_outage(exc):
@@ -73,8 +81,12 @@ async def agent_turn(
             # The compacted list only shapes what the model sees for the rest of this turn; the turn's own
             # messages are appended (with retries) at its end, so nothing depends on storing it now.
             guard.failed(exc, f"the turn's compaction of session {live.id} is skipped and its messages")
+            if kept:  # already stored whole, and still in view
+                saved = compaction.appended
             return live.id
-        if stored:
+        # Stored whole before the compaction, the turn's messages count as saved while they are in view: also
+        # after another process's compaction won, unless that one took them out of view (a rotation).
+        if stored or (kept and all(message in live.messages for message in kept)):
             saved = compaction.appended
         live.engine.number_messages(live.first_seq)  # numbers of the stored set as it is now
         return live.id
@@ -98,6 +110,31 @@ async def agent_turn(
     await guard.run(lambda: persist_turn(sessions, live, result, saved=saved),
                     f"the turn of session {live.id} is held until it is stored")
     return result
+
+
+async def _store_unstored(sessions: SessionManager, live: LiveSession,
+                          replaced: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], bool]:
+    """Append what this turn added before a compaction (the new message, tool results), so the compaction
+    archives it with the rest: a message it clips or summarizes stays stored whole and searchable.
+
+    Returns the rows stored (none when nothing is new or the turn rewrote history: its end appends as usual)
+    and whether the compaction may be stored: False when another process wrote in between (``live`` is
+    re-read then).
+    """
+    stored = live.messages
+    if len(replaced) <= len(stored) or replaced[: len(stored)] != stored:
+        return [], True
+    new = replaced[len(stored):]
+    rt = sessions.rt
+    try:
+        last = await rt.store.messages.append(live.id, new, [rt.counter.count_message(m) for m in new])
+    except SessionEnded:
+        return [], True
+    if last == live.watermark + len(new):
+        live.messages, live.watermark = stored + new, last
+        return new, True
+    await rt.storage.run(lambda: _reread(sessions, live), f"reloading session {live.id}")
+    return new, False
 
 
 async def persist_turn(sessions: SessionManager, live: LiveSession, result: TurnResult, *, saved: int = 0) -> None:

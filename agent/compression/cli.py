@@ -1,7 +1,8 @@
 """``concord compress INPUT.jsonl``: compress one OpenAI-format JSONL transcript once, as a manual /compress would.
 
 Exit codes: 0 compressed or nothing to compress (a normal outcome, with its reason); 1 the compression was
-aborted (summary model unavailable); 2 bad usage or malformed input (the message names the line).
+aborted (summary model unavailable), or its result still does not fit ``--context-length`` with room for an
+answer (a warning says by how much); 2 bad usage or malformed input (the message names the line).
 Without ``-o`` the transcript goes to stdout and the report to stderr; with ``-o`` the report goes to stdout.
 """
 
@@ -17,6 +18,7 @@ from typing import IO, Any
 
 from agent.compression.compressor import ContextCompressor
 from agent.compression.engine import CompressionResult
+from agent.compression.threshold import output_reserve
 from agent.llm.base import Provider
 from agent.transcript import MalformedTranscript, read_transcript, read_transcript_file
 
@@ -51,7 +53,8 @@ def _human_report(result: CompressionResult) -> str:
     lines = [
         f"Compressed {result.messages_before:,} → {result.messages_after:,} messages, "
         f"{result.tokens_before:,} → {result.tokens_after:,} tokens ({result.savings_pct:.1%} saved)",
-        f"head kept: messages 0–{result.head_end - 1}; tail kept from message {result.tail_start}; "
+        f"head kept: {f'messages 0–{result.head_end - 1}' if result.head_end else 'none'}; "
+        f"tail kept from message {result.tail_start}; "
         f"pruned {result.pruned} old tool messages; summary: {result.summary_kind}",
     ]
     if result.reason:
@@ -124,6 +127,11 @@ def run_compress_command(
         _write(result.messages, stdout)
     report = json.dumps(result.stats(), ensure_ascii=False) if opts.json else _human_report(result)
     report_stream.write(report + "\n")
+    room = opts.context_length - (output_reserve(None, opts.context_length) or 0)
+    if result.tokens_after > room:
+        stderr.write(f"warning: the result still does not fit: {result.tokens_after:,} tokens, but a "
+                     f"{opts.context_length:,}-token window leaves {room:,} beside the answer\n")
+        return 1
     return 1 if result.aborted else 0
 
 

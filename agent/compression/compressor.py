@@ -3,7 +3,8 @@
 The stages are pure functions in their own modules; this class owns the per-conversation state
 (`CompressorState`) and the order of the pipeline:
 
-    guard (R-C0) → prune (R-C1) → boundaries (R-C2) → summary (R-C3/4, R-C8) → assemble (R-C5) → anti-thrash (R-C6)
+    clip (oversized single messages) → guard (R-C0) → prune (R-C1) → boundaries (R-C2)
+        → summary (R-C3/4, R-C8) → assemble (R-C5) → anti-thrash (R-C6)
 
 Notes for the agent loop author:
 - ``should_compress(tokens)`` is the trigger: False below ``threshold_tokens`` or after two consecutive
@@ -26,8 +27,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from agent.compression.assemble import AssemblyResult, assemble
+from agent.compression.assemble import AssemblyResult, assemble, sanitize_tool_pairs, strip_historical_media
 from agent.compression.boundaries import Boundaries, find_boundaries, head_size, min_tail_count
+from agent.compression.clip import ClipResult, clip_limit, clip_oversized
 from agent.compression.engine import CompressionResult, ContextEngine
 from agent.compression.fallback import build_static_summary
 from agent.compression.feasibility import feasible_threshold, summary_output_reserve
@@ -90,6 +92,7 @@ class ContextCompressor(ContextEngine):
         model: str = "",
         autoraise: bool = True,
         wall_clock: Callable[[], float] = time.time,
+        summary_deadline_seconds: float | None = None,
     ) -> None:
         if context_length <= 0:
             raise ValueError("context_length must be positive")
@@ -104,6 +107,7 @@ class ContextCompressor(ContextEngine):
         self.max_tokens = max_tokens
         self.summary_context_length = summary_context_length
         self.abort_on_summary_failure = abort_on_summary_failure
+        self.summary_deadline_seconds = summary_deadline_seconds
         self._summary_provider = summary_provider
         self._main_provider = main_provider
         self._counter = get_counter(encoding)
@@ -267,11 +271,19 @@ class ContextCompressor(ContextEngine):
         """Message numbers for the ledger: the first non-system message is ``first_seq`` (default 1)."""
         self._first_seq = first_seq
 
+    def record_ineffective(self) -> None:
+        """Count a compression that did not help although it saved tokens (overflow recovery whose retry
+        overflowed again) toward anti-thrashing (R-C6)."""
+        self._state.ineffective_count += 1
+
     def has_content_to_compress(self, messages: Sequence[Mapping[str, Any]],
                                 token_counts: Sequence[int] | None = None) -> bool:
-        """False when everything is in the protected head/tail, so /compress needs no LLM call (R-C10).
+        """False when everything is in the protected head/tail and no message needs clipping, so /compress
+        needs no LLM call (R-C10).
 
         ``token_counts`` as for `compress`."""
+        if self._clip(messages).clipped > 0:
+            return True
         counts = None if token_counts is None else self._input_counts(messages, token_counts)
         return self._plan(messages, counts)[1] is not None
 
@@ -280,7 +292,11 @@ class ContextCompressor(ContextEngine):
         """True only when compress() would call the summary model now: there is a middle, a summary provider,
         and no cooldown (unless ``force``). Otherwise it would insert the static summary or abort, unpaid."""
         allowed = summary_call_allowed(self._state, self._summary_provider, now=self._clock(), force=force)
-        return allowed and self.has_content_to_compress(messages, token_counts)
+        if not allowed:
+            return False
+        clip = self._clip(messages)
+        counts = None if token_counts is None else self._clipped_counts(messages, clip, token_counts)
+        return self._plan(clip.messages, counts)[1] is not None
 
     # -- the pipeline -----------------------------------------------------------------------------------
 
@@ -290,6 +306,19 @@ class ContextCompressor(ContextEngine):
     def _rehydrate(self, messages: Sequence[Mapping[str, Any]]) -> None:
         # A remembered summary absent from these messages came from another session: drop it.
         self._state.previous_summary = find_latest_summary(messages)
+
+    def _clip(self, messages: Sequence[Mapping[str, Any]]) -> ClipResult:
+        tail = min_tail_count(len(messages), 0, self.protect_last_n)
+        return clip_oversized(messages, clip_limit(self.threshold_tokens, tail), self._counter)
+
+    def _clipped_counts(self, messages: Sequence[Mapping[str, Any]], clip: ClipResult,
+                        token_counts: Sequence[int] | None) -> list[int]:
+        """Counts of ``clip.messages``: the input's, recounted only where clipping replaced the content."""
+        counts = self._input_counts(messages, token_counts)
+        if not clip.clipped:
+            return counts
+        return [count if out.get("content") is src.get("content") else self._counter.count_message(out)
+                for src, out, count in zip(messages, clip.messages, counts, strict=True)]
 
     def _plan(
         self, messages: Sequence[Mapping[str, Any]], counts: Sequence[int] | None = None,
@@ -393,8 +422,12 @@ class ContextCompressor(ContextEngine):
         self._rehydrate(original)
         counts = self._input_counts(original, token_counts)
         tokens_before = sum(counts)
+        clip = self._clip(original)
+        clip_counts = self._clipped_counts(original, clip, counts)
         # _rehydrate has just looked for a summary in these very messages.
-        pruned, bounds, work_counts = self._plan(original, counts, self._state.previous_summary is not None)
+        pruned, bounds, work_counts = self._plan(clip.messages, clip_counts, self._state.previous_summary is not None)
+        if bounds is None and clip.clipped:
+            return self._commit_clip(original, clip, counts)
         if pruned is None:
             return self._unchanged(original, counts, "nothing to compress: too few messages")
         if bounds is None:
@@ -407,9 +440,11 @@ class ContextCompressor(ContextEngine):
         outcome = await request_summary(
             self._state, summary_provider=self._summary_provider, main_provider=self._main_provider,
             build_prompt=lambda: self._summary_prompt(middle, middle_tokens, work, focus_topic), now=self._clock(),
-            force=force, abort_on_failure=self.abort_on_summary_failure,
+            force=force, abort_on_failure=self.abort_on_summary_failure, deadline_s=self.summary_deadline_seconds,
         )
         if outcome.abort:
+            if clip.clipped:
+                return self._commit_clip(original, clip, counts)
             return self._unchanged(original, counts,
                                    f"Context compression aborted ({outcome.reason}): {ABORT_WARNING}", aborted=True)
         kind, failure = ("llm" if outcome.body is not None else "static"), outcome.reason
@@ -451,6 +486,26 @@ class ContextCompressor(ContextEngine):
         head = zip(work[: bounds.head_end], counts[: bounds.head_end], strict=True)
         tail = zip(work[bounds.tail_start :], counts[bounds.tail_start :], strict=True)
         return {id(m): c for m, c in (*head, *tail)}
+
+    def _commit_clip(self, original: Messages, clip: ClipResult, counts: Sequence[int]) -> CompressionResult:
+        """Only clipping changed the list (no middle to summarize, or the summary aborted): keep that."""
+        state, before = self._state, sum(counts)
+        # The same repairs as every assembled list (tool pairs, unparsable arguments, historical media).
+        messages = strip_historical_media(sanitize_tool_pairs(clip.messages)[0])[0]
+        after_counts = self._counter.count_each(messages)
+        after = sum(after_counts)
+        if after >= before:
+            return self._unchanged(original, counts, "compression would not reduce tokens", ineffective=True)
+        state.ineffective_count = 0
+        state.last_prompt_tokens = -1
+        state.awaiting_real_usage = True
+        state.real_usage_fits = False
+        state.last_compress_aborted = False
+        state.last_compress_reason = f"clipped {clip.clipped} oversized message(s)"
+        return self._record(CompressionResult(
+            messages, True, len(original), len(messages), before, after, "none", False,
+            state.last_compress_reason, 0, 0, 0, tuple(after_counts),
+        ))
 
     def _static_body(self, middle: Messages) -> str:
         return build_static_summary(middle, today=self._today(), previous_summary=self._state.previous_summary)

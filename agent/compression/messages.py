@@ -9,6 +9,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agent.jsonlimits import loads_bounded
+
 __all__ = [
     "Message",
     "content_text",
@@ -73,7 +75,7 @@ def parse_arguments(raw: Any) -> Any:
         return raw
     if not isinstance(raw, str):
         raise ValueError("arguments are not a string")
-    return json.loads(raw)
+    return loads_bounded(raw)
 
 
 def last_index(messages: Sequence[Message], role: str, *, visible_text: bool = False) -> int:

@@ -7,6 +7,7 @@
       any failure (incl. an empty summary):
         summary model ≠ main model, not yet retried ─▶ retry once on the main model
         otherwise ─▶ transient cooldown 30–60 s
+    all attempts together past ``deadline_s`` ─▶ stopped, a transient failure like the others
     failure + (auth/network flag or abort_on_summary_failure) ─▶ ABORT (messages unchanged)
     any other failure ─▶ the caller inserts the static fallback summary
 A success on the main model makes the main model this session's summary model (no more doomed calls).
@@ -14,6 +15,8 @@ A success on the main model makes the main model this session's summary model (n
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -21,6 +24,7 @@ from agent.compression.state import CompressorState
 from agent.compression.summary import SUMMARIZER_SYSTEM, EmptySummary, clean_summary_output
 from agent.llm.base import Provider
 from agent.llm.errors import AuthError, LLMError, NetworkError, RateLimited
+from agent.storable import storable_text
 
 __all__ = [
     "ABORT_WARNING",
@@ -75,7 +79,7 @@ async def _call(provider: Provider, prompt: str, max_tokens: int) -> str:
     completion = await provider.complete(
         [{"role": "user", "content": prompt}], system=SUMMARIZER_SYSTEM, max_tokens=max_tokens
     )
-    return clean_summary_output(completion.text)
+    return storable_text(clean_summary_output(completion.text))
 
 
 def summary_call_allowed(state: CompressorState, summary_provider: Provider | None, *, now: float,
@@ -93,11 +97,14 @@ async def request_summary(
     now: float,
     force: bool,
     abort_on_failure: bool,
+    deadline_s: float | None = None,
 ) -> SummaryOutcome:
     """Run the summary call through the failure tree, updating ``state``'s flags and cooldown.
 
     ``build_prompt`` returns (prompt, max_tokens); it runs only when a call is actually made, since
-    serializing and redacting a long middle is the costliest non-LLM step.
+    serializing and redacting a long middle is the costliest non-LLM step. ``deadline_s`` bounds every
+    attempt together (provider retries and the fallback to the main model), so one compaction never holds
+    the chat longer than that.
     """
     if summary_provider is None:
         state.cooldown_until = now + NO_PROVIDER_COOLDOWN_S
@@ -113,9 +120,19 @@ async def request_summary(
         attempts.append(main_provider)
     reasons: list[str] = []
     retry_after: float | None = None
+    ends = None if deadline_s is None else time.monotonic() + deadline_s
     for provider in attempts:
+        left = None if ends is None else ends - time.monotonic()
+        if left is not None and left <= 0:
+            reasons.append(f"{getattr(provider, 'model', '') or 'model'}: not tried, {deadline_s:g} s deadline spent")
+            continue
         try:
-            body = await _call(provider, prompt, max_tokens)
+            async with asyncio.timeout(left):
+                body = await _call(provider, prompt, max_tokens)
+        except TimeoutError:
+            reasons.append(f"{getattr(provider, 'model', '') or 'model'}: stopped at the {deadline_s:g} s "
+                           "compaction deadline")
+            continue
         except (LLMError, EmptySummary) as error:
             state.auth_failure |= isinstance(error, AuthError)
             state.network_failure |= isinstance(error, NetworkError)

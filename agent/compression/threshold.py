@@ -11,6 +11,7 @@ __all__ = [
     "autoraised_threshold_percent",
     "compute_threshold_tokens",
     "max_summary_tokens",
+    "output_reserve",
     "summary_budget",
     "tail_token_budget",
 ]
@@ -23,6 +24,9 @@ SUMMARY_FLOOR_TOKENS = 2_000
 SUMMARY_WINDOW_SHARE = 0.05
 SUMMARY_CONTENT_SHARE = 0.20
 AUTORAISE_PERCENT = 0.85
+# Without llm.max_tokens an answer may take this share of the window, at most OUTPUT_CEILING_TOKENS.
+OUTPUT_WINDOW_SHARE = 0.25
+OUTPUT_CEILING_TOKENS = 8_192
 
 # (provider, model) routes whose real window is capped below the model's nominal one, so 50% of the nominal
 # window would fire far too late relative to the cap; they trigger at 85% instead.
@@ -43,6 +47,20 @@ def compute_threshold_tokens(context_length: int, threshold_percent: float, max_
     if floored >= effective:
         return max(1, min(int(effective * _SMALL_WINDOW_PERCENT), effective - 1))
     return floored
+
+
+def output_reserve(configured: int | None, context_length: int) -> int | None:
+    """``max_tokens`` to send and to reserve (R-T4): the configured value, else a share of the window (None
+    when the window is unknown).
+
+    Without a cap a model may answer until the window is full (a local 4K model writing 3,600 tokens), and the
+    next request cannot fit; with it, every answer leaves room for the conversation.
+    """
+    if configured:
+        return configured
+    if context_length <= 0:
+        return None
+    return max(1, min(int(context_length * OUTPUT_WINDOW_SHARE), OUTPUT_CEILING_TOKENS))
 
 
 def tail_token_budget(threshold_tokens: int, target_ratio: float) -> int:

@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 
+from agent.jsonlimits import loads_bounded
 from agent.llm.anthropic_format import (
     STOP_REASONS,
     blocks_to_message,
@@ -178,7 +179,7 @@ class AnthropicProvider(HttpProvider):
             return
         raw = "".join(partial_json[index])
         try:
-            block["input"] = json.loads(raw)
+            block["input"] = loads_bounded(raw)
         except ValueError as exc:
             raise BadResponse(f"tool_use input in stream is not valid JSON ({len(raw)} chars)",
                               provider=self.name) from exc

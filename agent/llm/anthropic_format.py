@@ -12,6 +12,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agent.jsonlimits import loads_bounded
+
 __all__ = [
     "STOP_REASONS",
     "blocks_to_message",
@@ -77,7 +79,7 @@ def _tool_use_block(call: Mapping[str, Any]) -> dict[str, Any]:
     fn = call.get("function") or {}
     raw = fn.get("arguments") or "{}"
     try:
-        arguments = json.loads(raw) if isinstance(raw, str) else raw
+        arguments = loads_bounded(raw) if isinstance(raw, str) else raw
     except ValueError:
         arguments = None
     if not isinstance(arguments, Mapping):

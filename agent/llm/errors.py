@@ -9,6 +9,7 @@
     ├── AuthError              401/403, missing key, quota or billing exhausted
     ├── ModelNotFound          unknown model / 404
     ├── LLMTimeout             request exceeded its timeout                          (retryable)
+    │   └── DeadlineExceeded   the whole request ran past its overall deadline       (not retried)
     ├── NetworkError           connect failure, peer closed, stream ended early
     ├── ServerError            5xx                                                   (retryable)
     ├── BadResponse            invalid JSON, empty content, unexpected shape
@@ -25,6 +26,7 @@ __all__ = [
     "AuthError",
     "BadResponse",
     "ContextOverflow",
+    "DeadlineExceeded",
     "ImageTooLarge",
     "InvalidRequest",
     "LLMError",
@@ -129,6 +131,15 @@ class LLMTimeout(LLMError):
     """The request ran past its timeout."""
 
     retryable = True
+
+
+class DeadlineExceeded(LLMTimeout):
+    """The whole request (connect, first byte, body or stream) ran past its overall deadline.
+
+    Not repeated: a server that trickled once would hold the chat as long again.
+    """
+
+    retryable = False
 
 
 class NetworkError(LLMError):

@@ -1,20 +1,25 @@
 """The HTTP edge shared by both providers: one JSON POST or one SSE stream, errors translated on entry.
 
+Every request has one overall deadline (``timeout`` seconds) covering connect, the first byte and the whole
+body or stream: httpx's own timeouts apply per read, so a server trickling one byte a second would never trip
+them. Past the deadline the request ends with `DeadlineExceeded`.
+
 Everything that can go wrong on the wire (status codes, error bodies, timeouts, dropped connections, bodies
 that are not JSON) leaves this module as an `LLMError`; nothing httpx-specific escapes.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import httpx
 
+from agent.jsonlimits import loads_bounded
 from agent.llm.classify import classify_http_error, classify_transport_error
-from agent.llm.errors import BadResponse, LLMError
+from agent.llm.errors import BadResponse, DeadlineExceeded, LLMError, LLMTimeout
 
 __all__ = ["HttpTransport", "SSEEvent", "decode_event_json", "make_timeout"]
 
@@ -70,6 +75,7 @@ class HttpTransport:
         self.base_url = base_url.rstrip("/")
         self._headers = dict(headers)
         self._timeout = make_timeout(timeout)
+        self.deadline = timeout if isinstance(timeout, int | float) else timeout.read
         self._owns_client = client is None
         self._client = client or httpx.AsyncClient(timeout=self._timeout)
         self._provider = provider
@@ -90,35 +96,54 @@ class HttpTransport:
     def _translate(self, exc: httpx.HTTPError) -> LLMError:
         return classify_transport_error(exc, provider=self._provider, secrets=self._secrets)
 
-    async def post_json(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        """POST ``body`` and return the decoded JSON object of a 2xx reply."""
+    async def _exchange(self, path: str, body: Mapping[str, Any],
+                        handle: Callable[[httpx.Response], Awaitable[T]]) -> T:
+        """Send the request and run ``handle`` on the 2xx response, all within the overall deadline."""
+        deadline = asyncio.timeout(self.deadline)
+        answered = False
         try:
-            response = await self._client.send(self._request(path, body))
-            await self._raise_for_status(response)
+            async with deadline:
+                response = await self._client.send(self._request(path, body), stream=True)
+                answered = True
+                try:
+                    await self._raise_for_status(response)
+                    return await handle(response)
+                finally:
+                    await response.aclose()
         except httpx.HTTPError as exc:
             raise self._translate(exc) from exc
-        try:
-            data = response.json()
-        except ValueError as exc:
-            raise BadResponse(f"reply is not valid JSON ({len(response.content)} bytes)", status=response.status_code,
-                              provider=self._provider) from exc
-        if not isinstance(data, dict):
-            raise BadResponse("reply JSON is not an object", status=response.status_code, provider=self._provider)
-        return data
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            if answered:  # the reply was trickling in: asking again would hold the chat as long again
+                raise DeadlineExceeded(f"request timed out: the reply was still arriving after {self.deadline:g} s",
+                                       provider=self._provider) from None
+            raise LLMTimeout(f"request timed out: no answer within {self.deadline:g} s",
+                             provider=self._provider) from None
+
+    async def post_json(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """POST ``body`` and return the decoded JSON object of a 2xx reply, all within the deadline."""
+
+        async def decode(response: httpx.Response) -> dict[str, Any]:
+            content = await response.aread()
+            try:
+                data = loads_bounded(content)
+            except ValueError as exc:
+                raise BadResponse(f"reply is not valid JSON ({len(content)} bytes)", status=response.status_code,
+                                  provider=self._provider) from exc
+            if not isinstance(data, dict):
+                raise BadResponse("reply JSON is not an object", status=response.status_code,
+                                  provider=self._provider)
+            return data
+
+        return await self._exchange(path, body, decode)
 
     async def post_sse(
         self, path: str, body: Mapping[str, Any], consume: Callable[[AsyncIterator[SSEEvent]], Awaitable[T]]
     ) -> T:
-        """POST ``body`` expecting an SSE stream and return what ``consume`` makes of its events."""
-        try:
-            response = await self._client.send(self._request(path, body), stream=True)
-            try:
-                await self._raise_for_status(response)
-                return await consume(_sse_events(response))
-            finally:
-                await response.aclose()
-        except httpx.HTTPError as exc:
-            raise self._translate(exc) from exc
+        """POST ``body`` expecting an SSE stream and return what ``consume`` makes of its events; the whole
+        stream must end within the deadline."""
+        return await self._exchange(path, body, lambda response: consume(_sse_events(response)))
 
     async def aclose(self) -> None:
         """Close the client if this transport created it; a shared client is left to its owner."""
@@ -129,7 +154,7 @@ class HttpTransport:
 def decode_event_json(event: SSEEvent, provider: str) -> dict[str, Any]:
     """The JSON object inside one SSE event, or BadResponse."""
     try:
-        data = json.loads(event.data)
+        data = loads_bounded(event.data)
     except ValueError as exc:
         raise BadResponse(f"stream event is not valid JSON: {event.data[:80]!r}", provider=provider) from exc
     if not isinstance(data, dict):

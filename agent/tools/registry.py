@@ -9,7 +9,6 @@ one runaway tool cannot stall a turn or flood the context window.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -17,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.compression.redact import redact_secrets
+from agent.jsonlimits import loads_bounded
+from agent.storable import storable
 from agent.tools.schema import validate
 
 __all__ = [
@@ -171,7 +172,7 @@ def _parse_arguments(tool: Tool, raw: Any) -> tuple[dict[str, Any], str]:
         value = raw
     else:
         try:
-            value = json.loads(raw)
+            value = loads_bounded(raw)
         except (TypeError, ValueError) as exc:
             snippet = str(raw)[:120]
             return {}, (f"Error: the arguments for {tool.name!r} are not valid JSON ({exc}). "
@@ -179,6 +180,8 @@ def _parse_arguments(tool: Tool, raw: Any) -> tuple[dict[str, Any], str]:
     if not isinstance(value, dict):
         return {}, (f"Error: the arguments for {tool.name!r} must be a JSON object, "
                     f"got {type(value).__name__}. Call it again with an object matching its schema.")
+    # A model's text enters here too: a NUL in an argument must not reach a database query.
+    value = storable(value)
     errors = validate(tool.parameters, value)
     if errors:
         listed = "; ".join(errors[:_MAX_LISTED_ERRORS])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -154,11 +155,26 @@ def no_image_before_newest_user_image(messages: Sequence[Mapping[str, Any]]) -> 
     return not any(has_image(m) for m in messages[: max(newest, 0)])
 
 
+_CLIP_MARKER = re.compile(r"\n\n\[… [\d,]+ characters \(about [\d,]+ tokens\) of this message were cut here.*?…\]\n\n",
+                          re.DOTALL)
+
+
+def is_clip_of(original: str, text: str) -> bool:
+    """``text`` is ``original`` clipped (stage 0): its head, the clip marker, its tail."""
+    match = _CLIP_MARKER.search(text)
+    if match is None:
+        return False
+    head, tail = text[: match.start()], text[match.end():]
+    return original.startswith(head) and original.endswith(tail) and len(head) + len(tail) < len(original)
+
+
 def _content_kept(original: Any, message: Mapping[str, Any]) -> bool:
     merged = message.get("content")
     if merged == original:
         return True
     text = _text(message)
+    if isinstance(original, str) and is_clip_of(original, text.rpartition(SUMMARY_END_MARKER)[2].lstrip("\n")):
+        return True
     if SUMMARY_END_MARKER not in text:
         return False
     if not original:

@@ -127,7 +127,7 @@ def test_long_file_shows_progress_on_stderr(tmp_path: Path) -> None:
     src = _write(tmp_path / "big.jsonl", messages)
     stderr = _Terminal()
     code = run_compress_command([str(src), "-o", str(tmp_path / "o.jsonl"), "--summary", "static",
-                                 "--context-length", "64000"], stdout=io.StringIO(), stderr=stderr)
+                                 "--context-length", "200000"], stdout=io.StringIO(), stderr=stderr)
     assert code == 0 and "reading transcript" in stderr.getvalue()
     quiet = _Terminal()
     small = _write(tmp_path / "small.jsonl", coding_session(3))

@@ -121,7 +121,8 @@ async def test_anti_thrashing_blocks_after_two_ineffective_compressions() -> Non
 
 async def test_low_savings_count_as_ineffective() -> None:
     compressor = make_compressor(context_length=200_000)
-    huge = " ".join(f"word{k}" for k in range(5_000))
+    # Big tail messages, each still under the clipping limit (clip_limit(100_000, 8) = 9,375 tokens).
+    huge = " ".join(f"word{k}" for k in range(3_000))
     messages = [system(), *[m for i in range(10) for m in (user(f"question {i}"), assistant(f"answer {i} " + huge[:1_500]))],
                 *[m for i in range(4) for m in (user(f"{i} {huge}"), assistant(f"{i} {huge}"))]]
     out = await compressor.compress(messages)

@@ -152,6 +152,16 @@ class FakeDiscord:
         """
         self._failures[route] = _Failure(times, retry_after, via, is_global)
 
+    async def send_raw(self, frame: str) -> None:
+        """Send one text frame exactly as given (malformed gateway traffic) to every connected client."""
+        for ws in list(self._sockets):
+            await ws.send_str(frame)
+
+    @property
+    def identify_count(self) -> int:
+        """How many IDENTIFY payloads clients sent (a reconnect from login sends another)."""
+        return len(self.identifies)
+
     async def dispatch(self, event: str, data: dict[str, Any]) -> None:
         """Send one op-0 dispatch to every connected client."""
         self._seq += 1

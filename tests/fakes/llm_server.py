@@ -157,11 +157,12 @@ class FakeLLMServer:
     # ----- scripting -------------------------------------------------------------------------------------
     def reply(self, text: str = "ok", *, usage: Mapping[str, int] | None = None,
               tool_calls: Sequence[Mapping[str, Any]] | None = None, finish_reason: str | None = None,
-              delay: float = 0.0, chunk_delay: float = 0.0, text_pieces: int = 3) -> None:
+              delay: float = 0.0, chunk_delay: float = 0.0, text_pieces: int = 3, trickle: float = 0.0) -> None:
         """Queue a successful reply; ``tool_calls`` items are {"name", "arguments": dict|str, "id"?}. A streamed
-        reply comes in ``text_pieces`` pieces, ``chunk_delay`` seconds apart."""
+        reply comes in ``text_pieces`` pieces, ``chunk_delay`` seconds apart; a JSON one with ``trickle`` in
+        64-byte pieces that many seconds apart."""
         self._script.append(Reply(text, tool_calls, usage, finish_reason, delay, chunk_delay=chunk_delay,
-                                  text_pieces=text_pieces))
+                                  text_pieces=text_pieces, trickle=trickle))
 
     def fail(self, kind: str, *, times: int = 1, delay: float = 0.0, **params: Any) -> None:
         """Queue ``times`` failures of a kind: context_overflow, context_output, llamacpp_context,
@@ -283,6 +284,8 @@ class FakeLLMServer:
         seq = len(self.requests)
         if not body.get("stream"):
             payload = (openai_completion if api == "openai" else anthropic_message)(reply, model, usage, seq)
+            if reply.trickle:
+                return await self._trickle_json(request, payload, reply.trickle)
             return web.json_response(payload)
         if api == "openai":
             include = bool((body.get("stream_options") or {}).get("include_usage"))
@@ -309,6 +312,17 @@ class FakeLLMServer:
             await response.write(_sse(name, data))
         if not reply.omit_end and not reply.stream_error:
             await response.write(_sse(*end))
+        await response.write_eof()
+        return response
+
+    async def _trickle_json(self, request: web.Request, payload: Any, every: float) -> web.StreamResponse:
+        body = json.dumps(payload).encode()
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        response.content_length = len(body)
+        await response.prepare(request)
+        for start in range(0, len(body), 64):
+            await response.write(body[start:start + 64])
+            await self._pause(every)
         await response.write_eof()
         return response
 

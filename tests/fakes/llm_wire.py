@@ -42,6 +42,9 @@ class Reply:
     chunk_delay: float = 0.0
     # How many pieces the text streams in.
     text_pieces: int = 3
+    # Seconds between 64-byte pieces of a JSON (not streamed) body: a server that never stalls long enough
+    # for a read timeout but never finishes either.
+    trickle: float = 0.0
 
     def calls(self) -> list[dict[str, Any]]:
         """Tool calls with ids and arguments as JSON strings."""

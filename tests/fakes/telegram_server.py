@@ -70,6 +70,8 @@ class FakeTelegram:
     # sendMessage of a text containing one of these never answers (the worker is stuck mid-send; a crash
     # test kills it there) and is not recorded as sent.
     stall_texts: set[str] = field(default_factory=set)
+    # False: photos and getFile carry no file_size (Telegram may omit it), so only the bytes tell the size.
+    declare_file_sizes: bool = True
     # Messages deleted in the chat: editing them answers 400 "message to edit not found".
     deleted_messages: set[int] = field(default_factory=set)
     port: int = 0
@@ -80,6 +82,8 @@ class FakeTelegram:
         self._next_message_id = 1000
         self._new_update = asyncio.Event()
         self._stopping = asyncio.Event()
+        self._polls_flow = asyncio.Event()
+        self._polls_flow.set()
         self._failures: dict[str, _Failure] = {}
         self._runner: web.AppRunner | None = None
 
@@ -105,6 +109,18 @@ class FakeTelegram:
         return f"http://127.0.0.1:{self.port}"
 
     # -- scripting -------------------------------------------------------------------------------
+    @property
+    def stall_updates(self) -> bool:
+        """True: long polls (getUpdates with a timeout) do not answer (a stalled connection) until set False."""
+        return not self._polls_flow.is_set()
+
+    @stall_updates.setter
+    def stall_updates(self, stalled: bool) -> None:
+        if stalled:
+            self._polls_flow.clear()
+        else:
+            self._polls_flow.set()
+
     def inject_update(self, update: dict[str, Any]) -> int:
         """Queue a raw update (``update_id`` is filled in when missing); returns its update id."""
         update = dict(update)
@@ -145,7 +161,7 @@ class FakeTelegram:
             data = self.files.get(photo_file_id, b"")
             message["photo"] = [
                 {"file_id": photo_file_id, "file_unique_id": photo_file_id + "u", "width": 64,
-                 "height": 64, "file_size": len(data)},
+                 "height": 64, **({"file_size": len(data)} if self.declare_file_sizes else {})},
             ]
         if thread_id is not None:
             message["message_thread_id"] = thread_id
@@ -223,6 +239,8 @@ class FakeTelegram:
     async def _m_getUpdates(self, params: dict[str, Any]) -> web.Response:
         offset = int(params.get("offset") or 0)
         timeout = float(params.get("timeout") or 0)
+        if timeout > 0:
+            await self._polls_flow.wait()
         # Updates below the offset are confirmed: Telegram forgets them.
         self._updates = [u for u in self._updates if u["update_id"] >= offset]
         if not self._updates and timeout > 0:
@@ -310,8 +328,8 @@ class FakeTelegram:
         file_id = str(params["file_id"])
         if file_id not in self.files:
             return _error(400, "Bad Request: invalid file_id")
-        return _ok({"file_id": file_id, "file_unique_id": file_id + "u", "file_size": len(self.files[file_id]),
-                    "file_path": f"photos/{file_id}"})
+        size = {"file_size": len(self.files[file_id])} if self.declare_file_sizes else {}
+        return _ok({"file_id": file_id, "file_unique_id": file_id + "u", **size, "file_path": f"photos/{file_id}"})
 
 
 # Telegram's HTML mode: these tags only (with these attributes), and only these named entities.

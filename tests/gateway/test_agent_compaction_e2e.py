@@ -47,6 +47,7 @@ async def test_rotation_mode_moves_the_chat_to_a_child_session(gateway_factory: 
     active = (await gateway.rt.store.messages.load_active(child.id)).messages
     assert active[-2]["content"] == "what next?" and active[-1]["content"] == "rotated answer"
     parent_rows = (await gateway.rt.store.messages.load_active(parent_id)).messages
-    assert len(parent_rows) == 330  # the parent keeps its history
+    # The parent keeps its history and the question that triggered the rotation (stored before compacting).
+    assert len(parent_rows) == 331 and parent_rows[-1]["content"] == "what next?"
     await adapter.say("/status")
     assert f"Session {child.id}" in adapter.texts()[-1] and "Compressions: 1" in adapter.texts()[-1]

@@ -126,7 +126,8 @@ async def test_status_figures(gateway_factory: GatewayFactory, fake_llm: FakeLLM
     status = await _status(adapter)
     assert "Context: 12,345 / 200,000 tokens (6%, last real prompt)" in status
     assert "Messages: 2" in status
-    assert "Compression threshold: 100,000 tokens (50%)" in status
+    # 50% of the window less the reserved answer (max_tokens unset: 8,192 for a 200K window), R-T4.
+    assert "Compression threshold: 95,904 tokens (48%)" in status
     assert "Hygiene threshold: 170,000 tokens (85%) or > 5,000 messages" in status
     assert "Compressions: 0" in status and "Last compaction: never" in status
     assert "Engine: compressor · Model: fake-model" in status

@@ -1,0 +1,106 @@
+"""Stage 0: clipping single messages too large for the window, no LLM (runs before the guard, R-C0).
+
+One message can be larger than any compression can help with: a pasted 445K-token diff in a 200K window, or
+a 3,600-token answer of a local 4K model. Sitting in the verbatim tail (it is the last user or assistant
+message), it would be kept by every compression and wedge the session. Such a message keeps its head and its
+tail for the model, with a marker between them saying how much was cut and that the whole text is stored.
+The gateway archives the unclipped original with the compaction, so nothing is lost; the history search tool
+finds its exact text. A clipped message fits the limit, so clipping never repeats on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agent.tokens import TokenCounter
+
+__all__ = ["CLIP_THRESHOLD_SHARE", "TAIL_THRESHOLD_SHARE", "ClipResult", "clip_limit", "clip_marker", "clip_oversized", "clip_text"]
+
+# A message may hold this share of the compression threshold; the rest is for everything else in the request.
+CLIP_THRESHOLD_SHARE = 0.30
+# ...and the verbatim tail's minimum of messages must fit in this share of it together (small windows: a 4K
+# model's tail of 8 messages of 1,000 tokens each could never fit, and every compression would be in vain).
+TAIL_THRESHOLD_SHARE = 0.75
+_MIN_CLIP_TOKENS = 64
+_HEAD_SHARE = 2 / 3
+# Characters per token vary; a few tries shrink the kept part until it really fits.
+_MAX_TRIES = 4
+
+Message = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ClipResult:
+    """The messages with every oversized text clipped, and how many messages were."""
+
+    messages: list[Message]
+    clipped: int
+
+
+def clip_limit(threshold_tokens: int, tail_messages: int = 1) -> int:
+    """Largest size in tokens one message may keep for the model, when the tail keeps at least
+    ``tail_messages`` messages verbatim."""
+    share = min(threshold_tokens * CLIP_THRESHOLD_SHARE, threshold_tokens * TAIL_THRESHOLD_SHARE / max(tail_messages, 1))
+    return max(_MIN_CLIP_TOKENS, int(share))
+
+
+def clip_marker(cut_chars: int, cut_tokens: int) -> str:
+    """The note that replaces the middle of a clipped text."""
+    return (f"\n\n[… {cut_chars:,} characters (about {cut_tokens:,} tokens) of this message were cut here to fit "
+            "the model's window. The whole message is stored; search the conversation history to read the part "
+            "that was cut …]\n\n")
+
+
+def clip_text(text: str, limit: int, counter: TokenCounter) -> str | None:
+    """``text`` clipped to about ``limit`` tokens (head and tail kept), or None when it already fits."""
+    tokens = counter.count_text(text)
+    if tokens <= limit:
+        return None
+    chars_per_token = len(text) / tokens
+    keep = int(limit * chars_per_token * 0.9)
+    for _ in range(_MAX_TRIES):
+        head = int(keep * _HEAD_SHARE)
+        tail = keep - head
+        cut = len(text) - head - tail
+        marker = clip_marker(cut, max(tokens - limit, 1))
+        clipped = text[:head] + marker + (text[-tail:] if tail else "")
+        if counter.count_text(clipped) <= limit:
+            return clipped
+        keep = int(keep * 0.8)
+    return clip_marker(len(text), tokens).strip()
+
+
+def _clipped_content(content: Any, limit: int, counter: TokenCounter) -> Any | None:
+    if isinstance(content, str):
+        return clip_text(content, limit, counter)
+    if not isinstance(content, list):
+        return None
+    changed = False
+    parts: list[Any] = []
+    for part in content:
+        text = part.get("text") if isinstance(part, Mapping) and part.get("type") == "text" else None
+        clipped = clip_text(text, limit, counter) if isinstance(text, str) else None
+        if clipped is None:
+            parts.append(part)
+        else:
+            parts.append({**part, "text": clipped})
+            changed = True
+    return parts if changed else None
+
+
+def clip_oversized(messages: Sequence[Mapping[str, Any]], limit: int, counter: TokenCounter) -> ClipResult:
+    """Every user, assistant or tool message over ``limit`` tokens clipped; system messages are left alone
+    (the system prompt is the operator's). The input is never mutated."""
+    out: list[Message] = []
+    clipped = 0
+    for message in messages:
+        copy = dict(message)
+        if copy.get("role") != "system" and counter.count_message(copy) > limit:
+            content = _clipped_content(copy.get("content"), limit, counter)
+            if content is not None:
+                copy["content"] = content
+                clipped += 1
+        out.append(copy)
+    return ClipResult(out, clipped)

@@ -1,0 +1,86 @@
+"""Stage 0, clipping: one message too large for the window keeps its head and tail with a marker; the
+compressor applies it before the guard, and `concord compress` says when even that does not fit."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+from agent.compression.cli import run_compress_command
+from agent.compression.clip import clip_limit, clip_oversized, clip_text
+from agent.compression.compressor import ContextCompressor
+from agent.tokens import get_counter
+from tests.compression.helpers import ScriptedProvider, is_clip_of, system, user
+
+COUNTER = get_counter()
+
+
+def _prose(tokens: int) -> str:
+    return " ".join(f"word{i % 97}" for i in range(tokens // 2))
+
+
+def test_a_text_over_the_limit_keeps_head_and_tail_with_a_marker() -> None:
+    text = _prose(20_000)
+    clipped = clip_text(text, 1_000, COUNTER)
+    assert clipped is not None and COUNTER.count_text(clipped) <= 1_000
+    assert is_clip_of(text, clipped)
+    assert "characters (about " in clipped and "The whole message is stored" in clipped
+    assert clip_text(clipped, 1_000, COUNTER) is None  # a clipped text fits: never clipped twice
+    assert clip_text("short", 1_000, COUNTER) is None
+
+
+def test_every_role_but_system_is_clipped_and_the_input_is_untouched() -> None:
+    big = _prose(5_000)
+    messages = [system(big), user(big), {"role": "assistant", "content": big},
+                {"role": "tool", "tool_call_id": "t", "content": [{"type": "text", "text": big}]}, user("ok")]
+    before = json.dumps(messages)
+    result = clip_oversized(messages, 500, COUNTER)
+    assert result.clipped == 3 and json.dumps(messages) == before
+    assert result.messages[0] == messages[0] and result.messages[-1] == messages[-1]
+    assert all(COUNTER.count_message(m) <= 520 for m in result.messages[1:])
+
+
+def test_the_limit_leaves_room_for_the_whole_minimum_tail() -> None:
+    assert clip_limit(100_000) == 30_000
+    assert clip_limit(100_000, 8) == 9_375
+    assert clip_limit(2_611, 8) == 244
+    assert clip_limit(10) == 64
+
+
+async def test_a_single_huge_message_is_clipped_though_the_guard_applies() -> None:
+    engine = ContextCompressor(context_length=200_000, summary_provider=ScriptedProvider([]))
+    paste = _prose(300_000)
+    messages = [system("You help."), user(paste)]
+    assert engine.has_content_to_compress(messages)
+    assert not engine.will_summarize(messages)  # no summary call: clipping alone
+    result = await engine.compress(messages)
+    assert result.compressed and result.summary_kind == "none" and "clipped 1" in result.reason
+    assert result.tokens_after < 30_000 < result.tokens_before
+    assert is_clip_of(paste, result.messages[-1]["content"])
+
+
+async def test_a_huge_answer_in_the_tail_is_clipped_while_the_middle_is_summarized() -> None:
+    provider = ScriptedProvider(["## Goal\nThe user asked many things."])
+    engine = ContextCompressor(context_length=8_000, summary_provider=provider)
+    chat = [system("You help.")]
+    for i in range(12):
+        chat += [user(f"question {i} " + _prose(200)), {"role": "assistant", "content": f"answer {i} " + _prose(200)}]
+    answer = _prose(6_000)
+    chat += [user("and now everything"), {"role": "assistant", "content": answer}, user("thanks")]
+    result = await engine.compress(chat)
+    assert result.compressed and result.summary_kind == "llm" and provider.calls
+    assert is_clip_of(answer, result.messages[-2]["content"])
+    assert result.messages[-1] == user("thanks")
+
+
+def test_concord_compress_exits_1_when_the_result_still_does_not_fit(tmp_path: Path) -> None:
+    src = tmp_path / "in.jsonl"
+    # The system prompt (the operator's) is never clipped: nothing can make this fit a 1,000-token window.
+    lines = [system(_prose(3_000)), *[user(_prose(3_000)), {"role": "assistant", "content": "ok"}] * 3]
+    src.write_text("".join(json.dumps(m) + "\n" for m in lines), encoding="utf-8")
+    stderr = io.StringIO()
+    code = run_compress_command([str(src), "-o", str(tmp_path / "out.jsonl"), "--summary", "static",
+                                 "--context-length", "1000"], stdout=io.StringIO(), stderr=stderr)
+    assert code == 1
+    assert stderr.getvalue().startswith("warning: the result still does not fit: ")
