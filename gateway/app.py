@@ -42,6 +42,7 @@ from gateway.keys import SessionKey
 from gateway.lease import Lease, RedisLease, SoleLease
 from gateway.limit_backends import InProcessLimits, LimitBackend, RedisLimits
 from gateway.locks import InProcessLocks, LockBackend, RedisLocks, fail_fast_client
+from gateway.logsetup import set_worker
 from gateway.metrics import MeteredProvider, Metrics
 from gateway.router import Router
 from gateway.runtime import Runtime, default_worker_id, utc_now
@@ -213,12 +214,14 @@ async def build_runtime(settings: Settings, *, provider: Provider | None = None,
     # only the agent loop's own calls arrive as llm:response events.
     new_engine = _engine_factory(settings, MeteredProvider(provider, metrics),
                                  MeteredProvider(summary_provider, metrics))
+    worker_id = settings.gateway.worker_id or default_worker_id()
+    set_worker(worker_id)  # the same name in every log line as in the delivery ledger and leases
     return Runtime(
         settings=settings, store=store or await _open_store(settings), locks=locks or _locks(settings, metrics),
         provider=provider, counter=get_counter(settings.llm.encoding),
         new_engine=new_engine, new_memory=_memory_factory(settings),
         model=settings.llm.model, engine_name=settings.context.engine, clock=clock, metrics=metrics,
-        claims=claims, arrivals=arrivals, redis=redis, worker_id=settings.gateway.worker_id or default_worker_id(),
+        claims=claims, arrivals=arrivals, redis=redis, worker_id=worker_id,
         limits=limits or _limits(settings),
     )
 
