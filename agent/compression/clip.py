@@ -90,14 +90,20 @@ def _clipped_content(content: Any, limit: int, counter: TokenCounter) -> Any | N
     return parts if changed else None
 
 
-def clip_oversized(messages: Sequence[Mapping[str, Any]], limit: int, counter: TokenCounter) -> ClipResult:
+def clip_oversized(messages: Sequence[Mapping[str, Any]], limit: int, counter: TokenCounter,
+                   counts: Sequence[int] | None = None) -> ClipResult:
     """Every user, assistant or tool message over ``limit`` tokens clipped; system messages are left alone
-    (the system prompt is the operator's). The input is never mutated."""
+    (the system prompt is the operator's). ``counts`` (one per message, when the caller holds them) spare
+    re-tokenizing. The input is never mutated."""
     out: list[Message] = []
     clipped = 0
-    for message in messages:
+    for i, message in enumerate(messages):
         copy = dict(message)
-        if copy.get("role") != "system" and counter.count_message(copy) > limit:
+        if copy.get("role") == "system":
+            out.append(copy)
+            continue
+        size = counts[i] if counts is not None else counter.count_message(copy)
+        if size > limit:
             content = _clipped_content(copy.get("content"), limit, counter)
             if content is not None:
                 copy["content"] = content

@@ -282,9 +282,9 @@ class ContextCompressor(ContextEngine):
         needs no LLM call (R-C10).
 
         ``token_counts`` as for `compress`."""
-        if self._clip(messages).clipped > 0:
-            return True
         counts = None if token_counts is None else self._input_counts(messages, token_counts)
+        if self._clip(messages, counts).clipped > 0:
+            return True
         return self._plan(messages, counts)[1] is not None
 
     def will_summarize(self, messages: Sequence[Mapping[str, Any]], *, force: bool = False,
@@ -294,8 +294,9 @@ class ContextCompressor(ContextEngine):
         allowed = summary_call_allowed(self._state, self._summary_provider, now=self._clock(), force=force)
         if not allowed:
             return False
-        clip = self._clip(messages)
-        counts = None if token_counts is None else self._clipped_counts(messages, clip, token_counts)
+        held = None if token_counts is None else self._input_counts(messages, token_counts)
+        clip = self._clip(messages, held)
+        counts = None if held is None else self._clipped_counts(messages, clip, held)
         return self._plan(clip.messages, counts)[1] is not None
 
     # -- the pipeline -----------------------------------------------------------------------------------
@@ -307,9 +308,9 @@ class ContextCompressor(ContextEngine):
         # A remembered summary absent from these messages came from another session: drop it.
         self._state.previous_summary = find_latest_summary(messages)
 
-    def _clip(self, messages: Sequence[Mapping[str, Any]]) -> ClipResult:
+    def _clip(self, messages: Sequence[Mapping[str, Any]], counts: Sequence[int] | None = None) -> ClipResult:
         tail = min_tail_count(len(messages), 0, self.protect_last_n)
-        return clip_oversized(messages, clip_limit(self.threshold_tokens, tail), self._counter)
+        return clip_oversized(messages, clip_limit(self.threshold_tokens, tail), self._counter, counts)
 
     def _clipped_counts(self, messages: Sequence[Mapping[str, Any]], clip: ClipResult,
                         token_counts: Sequence[int] | None) -> list[int]:
@@ -422,7 +423,7 @@ class ContextCompressor(ContextEngine):
         self._rehydrate(original)
         counts = self._input_counts(original, token_counts)
         tokens_before = sum(counts)
-        clip = self._clip(original)
+        clip = self._clip(original, counts)
         clip_counts = self._clipped_counts(original, clip, counts)
         # _rehydrate has just looked for a summary in these very messages.
         pruned, bounds, work_counts = self._plan(clip.messages, clip_counts, self._state.previous_summary is not None)

@@ -13,6 +13,7 @@ from sqlalchemy import Row, Select, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent.compression.messages import plain_text
+from agent.storable import storable_text
 from gateway.store.errors import SessionEnded, SessionNotFound
 from gateway.store.models import MessageRow, SessionRow
 from gateway.store.records import CompactionInfo, EngineState, MessageRecord, SessionRecord
@@ -64,7 +65,7 @@ def encoded_rows(messages: Sequence[Mapping[str, Any]], token_counts: Sequence[i
     """New messages as rows. The search text is the message as plain text (`plain_text`: tool-call arguments
     unescaped), not its JSON envelope, so a command or a path is found as it was typed."""
     return [
-        StoredRow(role=str(m["role"]), payload=json.dumps(m, ensure_ascii=False), search_text=plain_text(m),
+        StoredRow(role=str(m["role"]), payload=json.dumps(m, ensure_ascii=False), search_text=storable_text(plain_text(m)),
                   tokens=int(t), created_at=at, compacted=False)
         for m, t in zip(messages, token_counts, strict=True)
     ]
