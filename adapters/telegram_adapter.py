@@ -26,6 +26,7 @@ import re
 import time
 import warnings
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal
@@ -441,30 +442,10 @@ class TelegramAdapter(Adapter):
 
     async def _edit(self, chat: ChatRef, message_id: str, text: str, parse_mode: str | None) -> None:
         """editMessageText with the same bounded retries as sending."""
-        for attempt in range(1, self.settings.max_retry_attempts + 1):
-            try:
-                await self.app.bot.edit_message_text(text, chat_id=int(chat.chat_id), message_id=int(message_id),
-                                                     parse_mode=parse_mode)
-                return
-            except RetryAfter as exc:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    wait = _seconds(exc.retry_after)
-                if wait > self.settings.max_retry_wait:
-                    raise SendError(f"telegram asks to wait {wait:.0f} s, over the limit") from None
-                await asyncio.sleep(wait)
-            except (BadRequest, Forbidden) as exc:
-                if isinstance(exc, BadRequest) and _unchanged(exc.message):
-                    return
-                if parse_mode and isinstance(exc, BadRequest) and _refuses_markup(exc.message):
-                    raise _UnparsableMarkup from None
-                raise SendError(f"telegram refused the edit: {exc.message}") from None
-            except NetworkError as exc:
-                log.warning("telegram: edit failed (%s), attempt %d", type(exc).__name__, attempt)
-                await asyncio.sleep(min(2.0**attempt * 0.25, self.settings.max_retry_wait))
-            except TelegramError as exc:
-                raise SendError(f"telegram error: {type(exc).__name__}") from None
-        raise SendError(f"telegram edit failed after {self.settings.max_retry_attempts} attempts")
+        await self._with_retries(
+            lambda: self.app.bot.edit_message_text(text, chat_id=int(chat.chat_id), message_id=int(message_id),
+                                                   parse_mode=parse_mode),
+            "edit", parse_mode)
 
     def _formatted(self, markdown: str, prefix: str) -> list[tuple[str, str]]:
         """(Markdown, HTML) pairs for one chunk; tags and entities lengthen the text, so a chunk whose HTML
@@ -484,29 +465,43 @@ class TelegramAdapter(Adapter):
         """sendMessage with bounded retries; raises _UnparsableMarkup when Telegram refuses the markup."""
         reply = ReplyParameters(int(reply_to), allow_sending_without_reply=True) if reply_to else None
         thread = int(chat.thread_id) if chat.thread_id else None
+        sent = await self._with_retries(
+            lambda: self.app.bot.send_message(int(chat.chat_id), text, message_thread_id=thread,
+                                              reply_parameters=reply, parse_mode=parse_mode),
+            "send", parse_mode)
+        assert isinstance(sent, Message)  # only an edit can come back "unchanged"
+        return sent
+
+    async def _with_retries(self, call: Callable[[], Awaitable[Any]], what: Literal["send", "edit"],
+                            parse_mode: str | None) -> Any:
+        """``call()`` (sendMessage or editMessageText) with bounded retries: Retry-After waited out up to
+        ``max_retry_wait``, network errors backed off, refusals raised as SendError (or _UnparsableMarkup when
+        the markup is refused). An edit Telegram calls unchanged returns None."""
+        refused = "the edit" if what == "edit" else "the message"
         for attempt in range(1, self.settings.max_retry_attempts + 1):
             try:
-                return await self.app.bot.send_message(
-                    int(chat.chat_id), text, message_thread_id=thread, reply_parameters=reply, parse_mode=parse_mode
-                )
+                return await call()
             except RetryAfter as exc:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     wait = _seconds(exc.retry_after)
                 if wait > self.settings.max_retry_wait:
                     raise SendError(f"telegram asks to wait {wait:.0f} s, over the limit") from None
-                log.info("telegram: rate limited, retrying in %.1f s (attempt %d)", wait, attempt)
+                if what == "send":
+                    log.info("telegram: rate limited, retrying in %.1f s (attempt %d)", wait, attempt)
                 await asyncio.sleep(wait)
             except (BadRequest, Forbidden) as exc:
+                if what == "edit" and isinstance(exc, BadRequest) and _unchanged(exc.message):
+                    return None
                 if parse_mode and isinstance(exc, BadRequest) and _refuses_markup(exc.message):
                     raise _UnparsableMarkup from None
-                raise SendError(f"telegram refused the message: {exc.message}") from None
+                raise SendError(f"telegram refused {refused}: {exc.message}") from None
             except NetworkError as exc:
-                log.warning("telegram: send failed (%s), attempt %d", type(exc).__name__, attempt)
+                log.warning("telegram: %s failed (%s), attempt %d", what, type(exc).__name__, attempt)
                 await asyncio.sleep(min(2.0**attempt * 0.25, self.settings.max_retry_wait))
             except TelegramError as exc:
                 raise SendError(f"telegram error: {type(exc).__name__}") from None
-        raise SendError(f"telegram send failed after {self.settings.max_retry_attempts} attempts")
+        raise SendError(f"telegram {what} failed after {self.settings.max_retry_attempts} attempts")
 
     # -- inbound ---------------------------------------------------------------------------------
     async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
