@@ -1,5 +1,5 @@
-"""Session store (R-S1…R-S3): sessions, messages, atomic compaction, rotation, full-text search, and the
-delivery ledger.
+"""Session store (R-S1…R-S3): sessions, messages, atomic compaction, rotation, full-text search, the
+delivery ledger and the inbox.
 
 The public surface is re-exported here; everything else in the package is an implementation detail.
 """
@@ -20,6 +20,9 @@ from gateway.store.records import (
     CompactionRecord,
     DeliveryRecord,
     EngineState,
+    Handled,
+    InboxEntry,
+    InboxRecord,
     MessageRecord,
     PinRecord,
     SearchHit,
@@ -34,6 +37,9 @@ __all__ = [
     "CompactionRecord",
     "DeliveryRecord",
     "EngineState",
+    "Handled",
+    "InboxEntry",
+    "InboxRecord",
     "MessageRecord",
     "PinRecord",
     "PinsFull",

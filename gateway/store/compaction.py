@@ -33,8 +33,9 @@ from gateway.store._rows import (
 )
 from gateway.store.database import read, write
 from gateway.store.errors import CompactionNotFound, StaleWatermark
+from gateway.store.inbox import settle
 from gateway.store.models import CompactionRow, MessageRow, SessionRow
-from gateway.store.records import CompactionInfo, CompactionRecord, EngineState, SessionRecord
+from gateway.store.records import CompactionInfo, CompactionRecord, EngineState, Handled, SessionRecord
 
 __all__ = ["CompactionRepository"]
 
@@ -116,21 +117,25 @@ class CompactionRepository:
 
     async def replace_active(self, session_id: str, new_messages: Sequence[Mapping[str, Any]],
                              token_counts: Sequence[int], watermark_seq: int, *, reason: str = "compression",
-                             engine_state: EngineState | None = None) -> int:
+                             engine_state: EngineState | None = None, handled: Handled | None = None) -> int:
         """Atomically make ``new_messages`` the active set; return the compaction number.
 
         ``watermark_seq`` is `ActiveSet.watermark` from the read the new set was computed from; rows appended
         after it are carried over after the new set. Raises `StaleWatermark` if another replacement committed
-        since that read. ``engine_state``, when given, is saved in the same transaction.
+        since that read. ``engine_state``, when given, is saved in the same transaction, and so is ``handled``
+        (a turn's inbound message and its answer).
         """
         check_batch(new_messages, token_counts)
-        new_rows = [dataclasses.replace(r, compacted=True)
-                    for r in encoded_rows(new_messages, token_counts, utcnow())]
+        at = utcnow()
+        new_rows = [dataclasses.replace(r, compacted=True) for r in encoded_rows(new_messages, token_counts, at)]
         async with write(self._engine) as conn:
             session = await lock_session(conn, session_id)
             _check_watermark(session, watermark_seq)
-            return await self._replace(conn, session, new_rows, reason=reason, watermark=watermark_seq,
-                                       engine_state=engine_state)
+            number = await self._replace(conn, session, new_rows, reason=reason, watermark=watermark_seq,
+                                         engine_state=engine_state)
+            if handled is not None:
+                await conn.run_sync(settle, handled, at)
+            return number
 
     async def restore(self, session_id: str, before_compaction: int) -> int:
         """Make the active set that compaction N replaced active again, followed by every turn added to the

@@ -4,6 +4,9 @@ A worker that crashed between storing an answer and the platform's confirmation 
 `claim_unconfirmed` hands each such row to exactly one worker (a conditional UPDATE from ``pending`` to
 ``resending``: of several workers racing for a row, one changes it), which sends it once more and marks it
 ``sent`` (recovered) or ``failed``; a row older than the freshness window is marked ``expired`` instead.
+
+A turn's answer is recorded as a ``draft`` first and made ``pending`` by `arm_drafts` inside the transaction
+that stores the turn (`gateway.store.inbox.settle`): the turn and its answer are stored together or not at all.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import Connection, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.store._rows import utcnow
@@ -20,9 +23,9 @@ from gateway.store.database import read, run_write, write
 from gateway.store.models import DeliveryRow
 from gateway.store.records import DeliveryRecord
 
-__all__ = ["DeliveryRepository"]
+__all__ = ["DeliveryRepository", "arm_drafts"]
 
-PENDING, RESENDING, SENT, FAILED, EXPIRED = "pending", "resending", "sent", "failed", "expired"
+DRAFT, PENDING, RESENDING, SENT, FAILED, EXPIRED = "draft", "pending", "resending", "sent", "failed", "expired"
 
 
 def _record(row: Any) -> DeliveryRecord:
@@ -39,12 +42,13 @@ class DeliveryRepository:
         self._engine = engine
 
     async def record(self, *, platform: str, chat_id: str, thread_id: str | None, reply_to: str | None,
-                     text: str, session_id: str | None, worker: str, at: datetime | None = None) -> int:
-        """Store an answer about to be sent (status pending); return its id."""
+                     text: str, session_id: str | None, worker: str, at: datetime | None = None,
+                     draft: bool = False) -> int:
+        """Store an answer about to be sent (status pending, or draft until `arm_drafts`); return its id."""
         # Twice per answer (here and `mark_sent`): one round trip each on SQLite (run_write).
         query = insert(DeliveryRow).values(
             session_id=session_id, platform=platform, chat_id=chat_id, thread_id=thread_id, reply_to=reply_to,
-            text=text, status=PENDING, created_at=at or utcnow(), worker=worker)
+            text=text, status=DRAFT if draft else PENDING, created_at=at or utcnow(), worker=worker)
         return await run_write(self._engine, lambda conn: int(conn.execute(query).inserted_primary_key[0]))
 
     async def mark_sent(self, delivery_id: int) -> None:
@@ -98,3 +102,11 @@ class DeliveryRepository:
         async with read(self._engine) as conn:
             rows = await conn.execute(select(DeliveryRow.status, func.count()).group_by(DeliveryRow.status))
             return {status: int(count) for status, count in rows}
+
+
+def arm_drafts(conn: Connection, delivery_ids: Sequence[int], at: datetime) -> None:
+    """Inside a write transaction: make these draft answers pending as of ``at`` (recovery measures from then,
+    not from when the draft was written, which may be an outage ago)."""
+    if delivery_ids:
+        conn.execute(update(DeliveryRow).where(DeliveryRow.id.in_(delivery_ids), DeliveryRow.status == DRAFT)
+                     .values(status=PENDING, created_at=at))

@@ -20,8 +20,9 @@ from gateway.store._rows import (
 )
 from gateway.store.database import read, run_read, run_write
 from gateway.store.errors import SessionEnded, SessionNotFound
+from gateway.store.inbox import settle
 from gateway.store.models import MessageRow, SessionRow
-from gateway.store.records import ActiveSet, EngineState, MessageRecord
+from gateway.store.records import ActiveSet, EngineState, Handled, MessageRecord
 
 __all__ = ["MessageRepository"]
 
@@ -34,7 +35,7 @@ class MessageRepository:
 
     async def append(self, session_id: str, messages: Sequence[Mapping[str, Any]],
                      token_counts: Sequence[int], *, engine_state: EngineState | None = None,
-                     state_watermark: int | None = None) -> int:
+                     state_watermark: int | None = None, handled: Handled | None = None) -> int:
         """Append messages (with their exact token counts) to the active set; return the last sequence.
 
         The counter update comes first: it takes the session's row lock, so appends and compactions of one
@@ -42,6 +43,7 @@ class MessageRepository:
         when given, is saved in the same transaction (one round trip per turn instead of two) — with
         ``state_watermark``, only if the active set was not replaced after that watermark was read (another
         process's compaction then wrote the state that goes with its summary; an older one must not replace it).
+        ``handled`` (a turn's inbound message and its answer) is settled in the same transaction.
         """
         check_batch(messages, token_counts)
         at = utcnow()
@@ -68,6 +70,8 @@ class MessageRepository:
                              .values(engine_values(engine_state)))
             if rows:
                 conn.execute(insert(MessageRow), message_values(session_id, last - len(rows) + 1, rows))
+            if handled is not None:
+                settle(conn, handled, at)
             return int(last)
 
         return await run_write(self._engine, transaction)

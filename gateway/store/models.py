@@ -25,13 +25,14 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
-__all__ = ["Base", "ChatSettingRow", "CompactionRow", "DeliveryRow", "MessageRow", "PinRow", "SessionRow",
-           "UTCDateTime"]
+__all__ = ["Base", "ChatSettingRow", "CompactionRow", "DeliveryRow", "InboxRow", "MessageRow", "PinRow",
+           "SessionRow", "UTCDateTime"]
 
 # SQLite only auto-increments an INTEGER PRIMARY KEY (the rowid alias), which FTS5 also keys on.
 _BigId = BigInteger().with_variant(Integer(), "sqlite")
 _OPEN = text("ended_at IS NULL")
 _PENDING = text("status = 'pending'")
+_UNHANDLED = text("handled_at IS NULL")
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -146,7 +147,9 @@ class DeliveryRow(Base):
     """The delivery ledger: one answer, stored before it is sent and marked sent once the platform confirmed.
 
     ``status``: pending (stored, not confirmed) → sent; or pending → resending (claimed by one worker for its
-    one resend after a crash) → sent / failed; or pending → expired (too old to be worth sending).
+    one resend after a crash) → sent / failed; or pending → expired (too old to be worth sending). A turn's
+    answer starts as draft and becomes pending in the transaction that stores the turn; a draft whose turn
+    was never stored (its worker died first) is never sent.
     """
 
     __tablename__ = "deliveries"
@@ -167,6 +170,34 @@ class DeliveryRow(Base):
     __table_args__ = (
         Index("ix_deliveries_pending", "created_at", sqlite_where=_PENDING, postgresql_where=_PENDING),
     )
+class InboxRow(Base):
+    """An inbound message kept from receipt until handled (`gateway.inbox`), and afterwards the store's record
+    that it was handled (until pruned).
+
+    ``payload`` is the serialized Inbound (None for a message recorded only once handled: its platform
+    delivers it again by itself); ``claimed_by`` names the worker process that will handle it, which renews
+    ``claimed_at`` while it lives.
+    """
+
+    __tablename__ = "inbox"
+
+    id: Mapped[int] = mapped_column(_BigId, primary_key=True, autoincrement=True)
+    key: Mapped[str] = mapped_column(String(1024))
+    platform: Mapped[str] = mapped_column(String(32))
+    session_key: Mapped[str] = mapped_column(String(1024))
+    payload: Mapped[str | None] = mapped_column(Text)
+    received_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    claimed_by: Mapped[str | None] = mapped_column(String(160))
+    claimed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    handled_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        UniqueConstraint("key", name="uq_inbox_key"),
+        Index("ix_inbox_unhandled", "received_at", sqlite_where=_UNHANDLED, postgresql_where=_UNHANDLED),
+        Index("ix_inbox_handled", "handled_at"),
+    )
+
+
 class ChatSettingRow(Base):
     """A value set through a chat command that must outlive the process: a chat's persona, a paired user."""
 

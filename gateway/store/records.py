@@ -16,6 +16,9 @@ __all__ = [
     "CompactionRecord",
     "DeliveryRecord",
     "EngineState",
+    "Handled",
+    "InboxEntry",
+    "InboxRecord",
     "MessageRecord",
     "PinRecord",
     "SearchHit",
@@ -195,3 +198,40 @@ class DeliveryRecord:
     worker: str
     sent_at: datetime | None = None
     recovered_by: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InboxEntry:
+    """An inbound message to keep until it is handled: its de-duplication key, its session and its payload."""
+
+    key: str
+    platform: str
+    session_key: str
+    payload: str
+    received_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class InboxRecord:
+    """One inbox row: a message kept since ``received_at``, held by ``claimed_by``, handled at ``handled_at``."""
+
+    id: int
+    key: str
+    platform: str
+    session_key: str
+    payload: str | None
+    received_at: datetime
+    claimed_by: str | None
+    claimed_at: datetime | None
+    handled_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Handled:
+    """An inbound message marked handled in the transaction that stores what handling it produced, with the
+    ledger's draft answers (``answers``, their ids) made pending in that same transaction."""
+
+    key: str
+    platform: str
+    session_key: str
+    answers: tuple[int, ...] = ()

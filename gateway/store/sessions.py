@@ -19,8 +19,9 @@ from gateway.store._rows import (
 )
 from gateway.store.database import read, run_read, write
 from gateway.store.errors import SessionNotFound
+from gateway.store.inbox import settle
 from gateway.store.models import SessionRow
-from gateway.store.records import EngineState, SessionRecord
+from gateway.store.records import EngineState, Handled, SessionRecord
 
 __all__ = ["SessionRepository", "hygiene_query"]
 
@@ -100,15 +101,18 @@ class SessionRepository:
         if values:
             await self._update(session_id, **values)
 
-    async def save_engine_state(self, session_id: str, state: EngineState) -> None:
-        """Persist the context engine's state so a restart keeps cooldowns and anti-thrash counters."""
-        await self._update(session_id, **engine_values(state))
+    async def save_engine_state(self, session_id: str, state: EngineState, *, handled: Handled | None = None) -> None:
+        """Persist the context engine's state so a restart keeps cooldowns and anti-thrash counters; ``handled``
+        (a turn's inbound message and its answer) is settled in the same transaction."""
+        await self._update(session_id, handled, **engine_values(state))
 
-    async def _update(self, session_id: str, **values: Any) -> None:
+    async def _update(self, session_id: str, handled: Handled | None = None, **values: Any) -> None:
         async with write(self._engine) as conn:
             result = await conn.execute(update(SessionRow).where(SessionRow.id == session_id).values(**values))
-        if result.rowcount == 0:
-            raise SessionNotFound(session_id)
+            if result.rowcount == 0:
+                raise SessionNotFound(session_id)
+            if handled is not None:
+                await conn.run_sync(settle, handled, utcnow())
 
     async def list(self, *, active_only: bool = False, platform: str | None = None, limit: int = 50,
                    offset: int = 0) -> list[SessionRecord]:

@@ -8,6 +8,7 @@ from gateway.store.chat_settings import ChatSettingsRepository
 from gateway.store.compaction import CompactionRepository
 from gateway.store.database import create_engine, dispose_engine, read
 from gateway.store.deliveries import DeliveryRepository
+from gateway.store.inbox import InboxRepository
 from gateway.store.messages import MessageRepository
 from gateway.store.migrate import upgrade_database
 from gateway.store.pins import PinRepository
@@ -19,7 +20,8 @@ __all__ = ["Store"]
 
 class Store:
     """The session store. ``store.sessions``, ``store.messages``, ``store.compactions``, ``store.search``,
-    ``store.chat_settings``, ``store.pins``, ``store.deliveries`` (the delivery ledger).
+    ``store.chat_settings``, ``store.pins``, ``store.deliveries`` (the delivery ledger), ``store.inbox``
+    (inbound messages kept until handled).
 
     Open with ``await Store.open(url)`` (migrates the database first unless ``migrate=False``) and close
     with ``await store.aclose()`` (idempotent), or use ``async with await Store.open(url) as store``.
@@ -31,6 +33,7 @@ class Store:
         self.messages = MessageRepository(engine)
         self.compactions = CompactionRepository(engine)
         self.deliveries = DeliveryRepository(engine)
+        self.inbox = InboxRepository(engine)
         self.chat_settings = ChatSettingsRepository(engine)
         self.pins = PinRepository(engine)
         self._search = MessageSearch(engine)

@@ -61,7 +61,7 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path, sqlite_template: P
         shutil.copyfile(sqlite_template, target)
         return f"sqlite+aiosqlite:///{target}"
     url: str = request.getfixturevalue("pg_store_url")
-    asyncio.run(_admin(url, "TRUNCATE deliveries, compactions, messages, sessions, chat_settings RESTART IDENTITY "
+    asyncio.run(_admin(url, "TRUNCATE inbox, deliveries, compactions, messages, sessions, chat_settings RESTART IDENTITY "
                             "CASCADE"))
     return url
 

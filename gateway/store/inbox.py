@@ -1,0 +1,111 @@
+"""The inbox's rows (`gateway.inbox`): messages kept from receipt until handled, and the store's record that a
+message was handled.
+
+`keep` writes a fetched batch in one transaction (a key already there, a message delivered twice, is left as it
+is). `settle` marks a message handled inside the transaction that stores what handling it produced
+(`MessageRepository.append`, `CompactionRepository.replace_active`, `SessionRepository.save_engine_state`, or
+`mark_handled` alone): the row is created when the message was never kept (its platform redelivers by itself),
+and the ledger's draft answers of that handling become pending in the same transaction. `claim_stale` hands
+each row a dead worker left unhandled to one worker only: one UPDATE over a sub-select that PostgreSQL locks
+with ``FOR UPDATE SKIP LOCKED`` (on SQLite the database's write lock serializes the claimers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, delete, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gateway.store._rows import utcnow
+from gateway.store.database import read, run_write
+from gateway.store.deliveries import arm_drafts
+from gateway.store.models import InboxRow
+from gateway.store.records import Handled, InboxEntry, InboxRecord
+
+__all__ = ["InboxRepository", "settle"]
+
+
+def _record(row: Any) -> InboxRecord:
+    return InboxRecord(id=row.id, key=row.key, platform=row.platform, session_key=row.session_key,
+                       payload=row.payload, received_at=row.received_at, claimed_by=row.claimed_by,
+                       claimed_at=row.claimed_at, handled_at=row.handled_at)
+
+
+def _insert(conn: Connection) -> Any:
+    return (postgresql if conn.dialect.name == "postgresql" else sqlite).insert(InboxRow)
+
+
+def settle(conn: Connection, handled: Handled, at: datetime) -> None:
+    """Inside a write transaction: mark ``handled`` handled as of ``at`` (an earlier mark stands) and make its
+    draft answers pending."""
+    insert = _insert(conn).values(key=handled.key, platform=handled.platform, session_key=handled.session_key,
+                                  payload=None, received_at=at, handled_at=at)
+    conn.execute(insert.on_conflict_do_update(index_elements=["key"], set_={"handled_at": at},
+                                              where=InboxRow.handled_at.is_(None)))
+    arm_drafts(conn, handled.answers, at)
+
+
+class InboxRepository:
+    """Kept messages, their claims by workers, and their handled marks."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    async def keep(self, entries: Sequence[InboxEntry], claimed_by: str, at: datetime | None = None) -> int:
+        """Store a fetched batch, claimed by ``claimed_by``, in one transaction; how many rows were new."""
+        if not entries:
+            return 0
+        at = at or utcnow()
+
+        def transaction(conn: Connection) -> int:
+            rows = [{"key": e.key, "platform": e.platform, "session_key": e.session_key, "payload": e.payload,
+                     "received_at": e.received_at, "claimed_by": claimed_by, "claimed_at": at} for e in entries]
+            return int(conn.execute(_insert(conn).values(rows).on_conflict_do_nothing(index_elements=["key"]))
+                       .rowcount or 0)
+
+        return await run_write(self._engine, transaction)
+
+    async def handled(self, key: str) -> bool:
+        """Whether the message ``key`` was marked handled (and not pruned yet)."""
+        async with read(self._engine) as conn:
+            return (await conn.execute(select(InboxRow.id).where(
+                InboxRow.key == key, InboxRow.handled_at.is_not(None)))).first() is not None
+
+    async def mark_handled(self, handled: Handled) -> None:
+        """Mark a message handled in a transaction of its own."""
+        await run_write(self._engine, lambda conn: settle(conn, handled, utcnow()))
+
+    async def renew(self, claimed_by: str, at: datetime | None = None) -> int:
+        """``claimed_by`` is alive: its unhandled rows are claimed as of ``at``; how many."""
+        query = update(InboxRow).where(InboxRow.claimed_by == claimed_by, InboxRow.handled_at.is_(None)) \
+            .values(claimed_at=at or utcnow())
+        return await run_write(self._engine, lambda conn: int(conn.execute(query).rowcount or 0))
+
+    async def claim_stale(self, older_than: datetime, claimed_by: str, *, platforms: Sequence[str],
+                          limit: int = 100, at: datetime | None = None) -> list[InboxRecord]:
+        """Unhandled kept messages on ``platforms`` whose claim was last renewed before ``older_than``, oldest
+        first, each now claimed by ``claimed_by`` alone."""
+        stale = (InboxRow.handled_at.is_(None), InboxRow.payload.is_not(None), InboxRow.platform.in_(platforms),
+                 or_(InboxRow.claimed_at.is_(None), InboxRow.claimed_at < older_than))
+        pick = select(InboxRow.id).where(*stale).order_by(InboxRow.received_at, InboxRow.id).limit(limit) \
+            .with_for_update(skip_locked=True)
+        # The outer conditions again: PostgreSQL re-checks them on a row another claimer changed meanwhile.
+        query = update(InboxRow).where(InboxRow.id.in_(pick), *stale) \
+            .values(claimed_by=claimed_by, claimed_at=at or utcnow()).returning(*InboxRow.__table__.c)
+        rows = await run_write(self._engine, lambda conn: list(conn.execute(query)))
+        return sorted((_record(r) for r in rows), key=lambda r: (r.received_at, r.id))
+
+    async def prune(self, handled_before: datetime) -> int:
+        """Forget messages handled before ``handled_before``; how many."""
+        query = delete(InboxRow).where(InboxRow.handled_at < handled_before)
+        return await run_write(self._engine, lambda conn: int(conn.execute(query).rowcount or 0))
+
+    async def get(self, key: str) -> InboxRecord | None:
+        """One row by its message key, or None."""
+        async with read(self._engine) as conn:
+            row = (await conn.execute(select(InboxRow).where(InboxRow.key == key))).first()
+        return _record(row) if row else None

@@ -1,0 +1,117 @@
+"""The inbox's rows on SQLite and PostgreSQL: a batch kept in one transaction, a dead worker's rows claimed by
+one worker only, a turn's messages, handled mark and answer stored together or not at all, and pruning."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from gateway.store import Handled, InboxEntry, SessionEnded, Store
+from tests.store.conftest import assistant, user
+
+
+def _entry(n: int, at: datetime, platform: str = "telegram") -> InboxEntry:
+    return InboxEntry(key=f"inbound:{platform}:5:{n}", platform=platform, session_key=f"{platform}:dm:5",
+                      payload=f'{{"n": {n}}}', received_at=at)
+
+
+def _handled(n: int, answers: tuple[int, ...] = ()) -> Handled:
+    return Handled(key=f"inbound:telegram:5:{n}", platform="telegram", session_key="telegram:dm:5", answers=answers)
+
+
+async def _draft(store: Store, text: str) -> int:
+    return await store.deliveries.record(platform="telegram", chat_id="5", thread_id=None, reply_to="1", text=text,
+                                         session_id=None, worker="w1", draft=True)
+
+
+async def test_a_batch_is_kept_once_and_claimed_by_its_receiver(store: Store) -> None:
+    now = datetime.now(UTC)
+    assert await store.inbox.keep([_entry(1, now), _entry(2, now)], "w1#a", at=now) == 2
+    assert await store.inbox.keep([_entry(2, now), _entry(3, now)], "w2#b", at=now) == 1  # 2 was fetched twice
+    two = await store.inbox.get("inbound:telegram:5:2")
+    assert two is not None and two.claimed_by == "w1#a" and two.handled_at is None and two.payload == '{"n": 2}'
+    assert not await store.inbox.handled("inbound:telegram:5:2")
+
+
+async def test_only_rows_of_a_worker_that_stopped_renewing_are_claimed_once(store: Store) -> None:
+    start = datetime.now(UTC) - timedelta(minutes=5)
+    await store.inbox.keep([_entry(1, start), _entry(2, start)], "dead#1", at=start)
+    await store.inbox.keep([_entry(3, start)], "alive#1", at=start)
+    await store.inbox.keep([_entry(4, start, platform="discord")], "dead#1", at=start)
+    await store.inbox.mark_handled(_handled(2))
+    now = datetime.now(UTC)
+    assert await store.inbox.renew("alive#1", at=now) == 1
+    claimed = await store.inbox.claim_stale(now - timedelta(seconds=30), "w2#x", platforms=("telegram",), at=now)
+    assert [r.key for r in claimed] == ["inbound:telegram:5:1"]  # not handled 2, alive 3, or discord 4
+    assert claimed[0].claimed_by == "w2#x" and claimed[0].payload == '{"n": 1}'
+    assert await store.inbox.claim_stale(now - timedelta(seconds=30), "w3#y", platforms=("telegram",)) == []
+
+
+async def test_racing_workers_split_the_stale_rows(store_url: str) -> None:
+    old = datetime.now(UTC) - timedelta(minutes=5)
+    async with await Store.open(store_url, migrate=False) as store:
+        await store.inbox.keep([_entry(n, old) for n in range(40)], "dead#1", at=old)
+    stores = [await Store.open(store_url, migrate=False) for _ in range(3)]
+    try:
+        results = await asyncio.gather(*(s.inbox.claim_stale(datetime.now(UTC), f"w{i}#z", platforms=("telegram",),
+                                                             limit=15) for i, s in enumerate(stores)))
+    finally:
+        for s in stores:
+            await s.aclose()
+    claimed = [r.key for result in results for r in result]
+    assert sorted(claimed) == sorted(f"inbound:telegram:5:{n}" for n in range(40))  # each once, none twice
+
+
+async def test_a_turn_its_handled_mark_and_its_answer_are_stored_together(store: Store) -> None:
+    session = await store.sessions.get_or_create_active("telegram", "dm:5")
+    now = datetime.now(UTC)
+    await store.inbox.keep([_entry(1, now)], "w1#a", at=now)
+    answer = await _draft(store, "re: hi")
+    await store.messages.append(session.id, [user("hi"), assistant("re: hi")], [2, 3], handled=_handled(1, (answer,)))
+    row = await store.inbox.get("inbound:telegram:5:1")
+    assert row is not None and row.handled_at is not None and await store.inbox.handled(row.key)
+    delivery = await store.deliveries.get(answer)
+    assert delivery is not None and delivery.status == "pending"
+    # Never sent twice: a second settle (a retried write) leaves the answer pending and the first mark standing.
+    await store.inbox.mark_handled(_handled(1, (answer,)))
+    assert (await store.inbox.get(row.key)).handled_at == row.handled_at  # type: ignore[union-attr]
+
+
+async def test_a_turn_that_is_not_stored_leaves_its_message_unhandled_and_its_answer_a_draft(store: Store) -> None:
+    session = await store.sessions.get_or_create_active("telegram", "dm:5")
+    await store.sessions.end(session.id, "new")
+    now = datetime.now(UTC)
+    await store.inbox.keep([_entry(1, now)], "w1#a", at=now)
+    answer = await _draft(store, "re: hi")
+    with pytest.raises(SessionEnded):
+        await store.messages.append(session.id, [user("hi")], [2], handled=_handled(1, (answer,)))
+    assert not await store.inbox.handled("inbound:telegram:5:1")
+    assert (await store.deliveries.get(answer)).status == "draft"  # type: ignore[union-attr]
+    assert await store.deliveries.claim_unconfirmed(now + timedelta(hours=1), "w2") == []  # a draft is never sent
+
+
+async def test_a_message_never_kept_is_recorded_once_handled_and_never_claimed(store: Store) -> None:
+    session = await store.sessions.get_or_create_active("telegram", "dm:5")
+    await store.sessions.save_engine_state(session.id, session.engine, handled=_handled(7))
+    row = await store.inbox.get("inbound:telegram:5:7")
+    assert row is not None and row.payload is None and row.handled_at is not None
+    assert await store.inbox.claim_stale(datetime.now(UTC) + timedelta(hours=1), "w2#x", platforms=("telegram",)) == []
+
+
+async def test_a_compaction_carries_the_handled_mark_too(store: Store) -> None:
+    session = await store.sessions.get_or_create_active("telegram", "dm:5")
+    watermark = await store.messages.append(session.id, [user("a"), assistant("b")], [1, 1])
+    await store.compactions.replace_active(session.id, [user("a b")], [2], watermark, handled=_handled(3))
+    assert await store.inbox.handled("inbound:telegram:5:3")
+
+
+async def test_handled_rows_are_pruned_by_age(store: Store) -> None:
+    now = datetime.now(UTC)
+    await store.inbox.keep([_entry(1, now), _entry(2, now)], "w1#a", at=now)
+    await store.inbox.mark_handled(_handled(1))
+    assert await store.inbox.prune(datetime.now(UTC) - timedelta(hours=1)) == 0
+    assert await store.inbox.prune(datetime.now(UTC) + timedelta(seconds=1)) == 1
+    assert await store.inbox.get("inbound:telegram:5:1") is None
+    assert await store.inbox.get("inbound:telegram:5:2") is not None  # unhandled rows are never pruned
