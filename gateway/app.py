@@ -46,13 +46,14 @@ from gateway.logsetup import set_worker
 from gateway.metrics import MeteredProvider, Metrics
 from gateway.router import Router
 from gateway.runtime import Runtime, default_worker_id, utc_now
-from gateway.scheduler import GatewayScheduler
+from gateway.scheduler import GatewayScheduler, claim_sweep_slot
 from gateway.session import SessionManager
 from gateway.store import Store
 from gateway.sweep import SweepReport, expire_idle, print_sweep_report, sweep
 
 __all__ = [
     "Gateway",
+    "SweepSlotTaken",
     "build_adapters",
     "build_runtime",
     "llm_setup_help",
@@ -461,13 +462,32 @@ async def _serve(gateway: Gateway) -> int:
     return status
 
 
-async def run_sweep(settings: Settings, dry_run: bool = False, *, show_progress: bool = True) -> SweepReport:
-    """``concord sweep [--dry-run]``: one hygiene sweep with a progress bar; print the report with
-    `print_sweep_report`. Without an LLM configured only a dry run is possible."""
+class SweepSlotTaken(Exception):
+    """``concord sweep`` found this run of ``gateway.sweep_cron`` already swept by another process."""
+
+    def __init__(self, slot: str) -> None:
+        super().__init__(f"the sweep of {slot} (gateway.sweep_cron) already ran in another process")
+        self.slot = slot
+
+
+async def run_sweep(settings: Settings, dry_run: bool = False, *, show_progress: bool = True,
+                    force: bool = False) -> SweepReport:
+    """``concord sweep [--dry-run] [--force]``: one hygiene sweep with a progress bar; print the report with
+    `print_sweep_report`. Without an LLM configured only a dry run is possible.
+
+    With Redis and ``gateway.sweep_cron`` set, the sweep first claims the schedule's current run, exactly as
+    the workers' scheduler does, and raises `SweepSlotTaken` when a worker (or another ``concord sweep``) has
+    swept it already — unless ``force``. A dry run changes nothing and claims nothing."""
     if not settings.llm.configured and not dry_run:
         raise RuntimeError("no LLM configured: a sweep needs the summary model (use --dry-run to only list)")
     rt = await build_runtime(settings, provider=None if settings.llm.configured else _NoProvider())
     try:
+        cron = settings.gateway.sweep_cron
+        if rt.redis is not None and cron and not (dry_run or force):
+            slot, claimed = await claim_sweep_slot(rt.claims, cron)
+            if not claimed:
+                raise SweepSlotTaken(slot)
+            log.info("sweep: claimed the run of %s", slot)
         sessions = SessionManager(rt)
         if not show_progress:
             return await sweep(sessions, dry_run=dry_run)

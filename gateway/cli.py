@@ -108,7 +108,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from gateway.app import print_sweep_report, run_sweep
+    from gateway.app import SweepSlotTaken, print_sweep_report, run_sweep
 
     settings = load_settings()
     _configure_logging(settings)
@@ -117,7 +117,11 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
               "is lost if both compact a session at once (one version wins), but with one gateway process the "
               "built-in schedule (gateway.sweep_cron) is the better choice.", file=sys.stderr)
     try:
-        report = asyncio.run(run_sweep(settings, dry_run=args.dry_run, show_progress=sys.stderr.isatty()))
+        report = asyncio.run(run_sweep(settings, dry_run=args.dry_run, show_progress=sys.stderr.isatty(),
+                                       force=args.force))
+    except SweepSlotTaken as exc:
+        print(f"concord: {exc}; nothing to do (--force sweeps anyway)")
+        return 0
     except RuntimeError as exc:
         print(f"concord: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -206,8 +210,12 @@ def build_parser() -> argparse.ArgumentParser:
                    description=RUN_DESCRIPTION).set_defaults(func=_cmd_run)
     sweep = sub.add_parser("sweep", help="run one hygiene sweep over all active sessions (for system cron)",
                            description="Run one hygiene sweep over all active sessions and print what it did "
-                                       "(for system cron; set gateway.sweep_cron=off then).")
+                                       "(for system cron; set gateway.sweep_cron=off then). With Redis and "
+                                       "gateway.sweep_cron set, a run of that schedule a worker already swept "
+                                       "is skipped.")
     sweep.add_argument("--dry-run", action="store_true", help="only list the sessions that would be compressed")
+    sweep.add_argument("--force", action="store_true",
+                       help="sweep even when this run of gateway.sweep_cron was already swept by a worker (with Redis)")
     sweep.set_defaults(func=_cmd_sweep)
     health = sub.add_parser("health", help="exit 0 while a running gateway's heartbeat is fresh (Docker HEALTHCHECK)",
                             description="Check gateway.heartbeat_file, which a running gateway touches every "

@@ -259,12 +259,12 @@ class GatewaySettings(BaseModel):
     def _valid_cron(cls, value: str | None) -> str | None:
         if value in (None, "", "off"):
             return None
-        from apscheduler.triggers.cron import CronTrigger
+        from gateway.scheduler import cron_trigger
 
         try:
-            CronTrigger.from_crontab(value, timezone="UTC")
+            cron_trigger(value)
         except ValueError as exc:
-            raise ValueError(f"not a 5-field crontab expression ({exc})") from None
+            raise ValueError(f"not a crontab expression of 5 fields, or 6 with seconds first ({exc})") from None
         return value
 
 
@@ -282,6 +282,15 @@ class DeliverySettings(BaseModel):
         if self.freshness_seconds <= self.resend_after_seconds:
             raise ValueError("delivery.freshness_seconds must be longer than delivery.resend_after_seconds")
         return self
+
+
+class InboxSettings(BaseModel):
+    """The inbox: messages a platform cannot deliver again (Discord, polled Telegram) kept until handled."""
+
+    model_config = _Section
+    # A kept message its worker stopped vouching for this long ago is presumed lost with that worker: another
+    # worker handles it (its worker renews the claim every third of this while it lives).
+    stale_after_seconds: float = Field(default=30.0, ge=1)
 
 
 class MetricsSettings(BaseModel):
@@ -460,6 +469,7 @@ class Settings(BaseSettings):
     storage: StorageSettings = StorageSettings()
     redis: RedisSettings = RedisSettings()
     delivery: DeliverySettings = DeliverySettings()
+    inbox: InboxSettings = InboxSettings()
     metrics: MetricsSettings = MetricsSettings()
     discord: DiscordSettings = DiscordSettings()
     telegram: TelegramSettings = TelegramSettings()

@@ -7,7 +7,15 @@ from datetime import UTC, datetime
 
 from apscheduler.triggers.cron import CronTrigger
 
-from gateway.scheduler import IDLE_JOB_ID, SWEEP_JOB_ID, GatewayScheduler, cron_slot, interval_slot
+from gateway.scheduler import (
+    IDLE_JOB_ID,
+    SWEEP_JOB_ID,
+    GatewayScheduler,
+    cron_slot,
+    cron_trigger,
+    interval_slot,
+    slot_ttl,
+)
 
 
 async def test_jobs_follow_the_configuration() -> None:
@@ -52,10 +60,19 @@ async def test_idle_job_ticks_on_the_loop_and_a_failure_does_not_stop_it() -> No
 def test_every_workers_copy_of_a_job_names_the_same_run() -> None:
     trigger = CronTrigger.from_crontab("*/30 * * * *", timezone="UTC")
     fired = datetime(2026, 12, 1, 12, 30, tzinfo=UTC)
-    # Workers whose timers fire a few seconds apart (or late, within the misfire grace) agree on the run.
+    # Workers whose timers fire a few seconds apart (or late, within the misfire grace) agree on the run, and
+    # so does a `concord sweep` started by a system timer at any moment before the next run.
     slots = {cron_slot(trigger, clock=lambda at=at: at)() for at in
-             (fired, fired.replace(second=2), fired.replace(second=45))}
+             (fired, fired.replace(second=2), fired.replace(second=45), fired.replace(minute=59, second=59))}
     assert slots == {fired.isoformat()}
-    assert cron_slot(trigger, clock=lambda: fired.replace(minute=31, second=30))() != fired.isoformat()
+    assert cron_slot(trigger, clock=lambda: fired.replace(hour=13))() == fired.replace(hour=13).isoformat()
+    daily = cron_trigger("15 4 * * 1")  # Tuesdays at 04:15 (APScheduler counts weekdays from Monday = 0)
+    assert cron_slot(daily, clock=lambda: datetime(2026, 12, 4, 9, 0, tzinfo=UTC))() == \
+        datetime(2026, 12, 1, 4, 15, tzinfo=UTC).isoformat()
+    assert slot_ttl(daily, datetime(2026, 12, 4, 9, 0, tzinfo=UTC)) == 7 * 86_400 + 60  # remembered past the next
+    assert slot_ttl(trigger, fired) == 86_400
+    seconds = cron_trigger("*/2 * * * * *")  # six fields: seconds first
+    assert cron_slot(seconds, clock=lambda: fired.replace(second=5, microsecond=10))() == \
+        fired.replace(second=4).isoformat()
     assert interval_slot(60, clock=lambda: 120.0)() == interval_slot(60, clock=lambda: 179.9)() == "2"
     assert interval_slot(60, clock=lambda: 180.0)() == "3"
