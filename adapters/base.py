@@ -12,7 +12,7 @@ import contextlib
 import logging
 import re
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
@@ -26,6 +26,7 @@ __all__ = [
     "ChatType",
     "Inbound",
     "InboundHandler",
+    "KeepHandler",
     "LiveReply",
     "Outbound",
     "Platform",
@@ -141,6 +142,8 @@ class Outbound:
 
 
 InboundHandler = Callable[[Inbound], Awaitable[None]]
+# Makes received messages durable (the gateway's inbox) in one write; raises when it cannot right now.
+KeepHandler = Callable[[Sequence[Inbound]], Awaitable[None]]
 
 
 class LiveReply(ABC):
@@ -209,6 +212,9 @@ class Adapter(ABC):
     def __init__(self) -> None:
         self._handler: InboundHandler | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        # Set by the gateway before `start`. An adapter whose platform will not deliver a message again (Discord;
+        # polled Telegram once the offset is confirmed) awaits it before the platform may forget the message.
+        self.keep: KeepHandler | None = None
 
     @abstractmethod
     async def start(self, on_message: InboundHandler) -> None:
@@ -263,6 +269,11 @@ class Adapter(ABC):
         chunks = split_message(out.text, self.limit, self.length, out.continuation_prefix)
         for index, chunk in enumerate(chunks):
             await self._send_chunk(out.chat, chunk, out.reply_to_message_id if index == 0 else None)
+
+    def replay(self, inbound: Inbound) -> None:
+        """Hand ``inbound`` to the callback once more, as if just received (a message the gateway's inbox took
+        over from a worker that died)."""
+        self._dispatch(inbound)
 
     def _dispatch(self, inbound: Inbound) -> None:
         """Hand ``inbound`` to the callback in its own task, so a slow turn never stalls the platform."""

@@ -4,6 +4,11 @@ The bot needs the privileged **Message Content** intent (Developer Portal → Bo
 Intents); without it Discord blanks guild messages that do not mention the bot, so unaddressed chatter
 cannot be kept as context. Replies never ping @everyone, @here or roles. With ``slash_commands`` the
 commands are also offered as native slash commands (see `adapters.discord_slash`).
+
+Discord never sends an event twice, so each message is kept in the gateway's inbox (``keep``) before it is
+handed on, in arrival order: a worker that dies mid-turn leaves it to another worker. When the inbox cannot
+take it (the database is down or slow) it is handed on at once, held in memory only, and for a few seconds
+the next messages do not wait for the inbox either.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -38,6 +44,10 @@ from adapters.live import ChatThrottle, EditedReply, LiveRateLimited
 from adapters.supervise import Backoff, Supervisor, describe, retry_start
 
 log = logging.getLogger(__name__)
+
+# How long one message may wait for the inbox, and how long after a failure messages skip it.
+KEEP_TIMEOUT_S = 5.0
+KEEP_PAUSE_S = 5.0
 
 DISCORD_LIMIT = 2000
 _USER_MESSAGE_TYPES = {discord.MessageType.default, discord.MessageType.reply}
@@ -143,6 +153,8 @@ class DiscordAdapter(Adapter):
         self._supervisor: Supervisor | None = None
         self._interactions = PendingInteractions()
         self._throttle = ChatThrottle(settings.edit_interval)
+        self._intake = asyncio.Lock()  # FIFO: messages are kept and handed on in the order they arrived
+        self._keep_paused_until = 0.0
         if settings.slash_commands:
             self.tree = build_tree(self.client, self.on_slash_command)
             # discord.py awaits setup_hook in login(), after the application id is known, before the gateway.
@@ -342,7 +354,7 @@ class DiscordAdapter(Adapter):
         except Exception as exc:
             log.warning("discord: skipping unreadable interaction %s (%s)", interaction.id, describe(exc))
             return
-        self._dispatch(inbound)
+        await self._take(inbound)
 
     def _interaction_inbound(self, interaction: discord.Interaction, name: str, args: str) -> Inbound:
         chat_type: ChatType
@@ -380,6 +392,20 @@ class DiscordAdapter(Adapter):
             log.warning("discord: skipping unreadable message %s (%s)", getattr(message, "id", "?"), describe(exc))
             return
         if inbound is not None:
+            await self._take(inbound)
+
+    async def _take(self, inbound: Inbound) -> None:
+        """Keep ``inbound`` in the gateway's inbox, then hand it on (see the module docstring)."""
+        async with self._intake:
+            keep = self.keep
+            if keep is not None and time.monotonic() >= self._keep_paused_until:
+                try:
+                    await asyncio.wait_for(keep([inbound]), KEEP_TIMEOUT_S)
+                except Exception as exc:
+                    self._keep_paused_until = time.monotonic() + KEEP_PAUSE_S
+                    log.warning("discord: message %s not kept in the inbox (%s); handled from memory only, and "
+                                "so are the messages of the next %.0f s", inbound.message_id, describe(exc),
+                                KEEP_PAUSE_S)
             self._dispatch(inbound)
 
     def _to_inbound(self, message: discord.Message) -> Inbound | None:

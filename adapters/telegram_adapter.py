@@ -1,7 +1,9 @@
 """Telegram adapter on python-telegram-bot: private chats, groups, supergroups, forum topics, channels.
 
 Long polling by default (``async with``-style lifecycle, never ``run_polling``, which would own the event
-loop); webhook mode with a secret token by configuration, answered only once an update has been handled
+loop): a fetched batch is kept in the gateway's inbox (``keep``, one write) before the next getUpdates confirms
+it (:mod:`adapters.telegram_handoff`), so a worker that dies mid-turn leaves its messages to another worker.
+Webhook mode with a secret token by configuration, answered only once an update has been handled
 (:mod:`adapters.telegram_webhook`), so any worker behind a load balancer can take any update and one that
 dies mid-turn gets it delivered again; ``api_base_url`` points at a local Bot API server.
 
@@ -45,6 +47,7 @@ from adapters.base import (
     ChatType,
     Inbound,
     InboundHandler,
+    KeepHandler,
     Outbound,
     SendError,
     keep_alive,
@@ -57,7 +60,7 @@ from adapters.live import ChatThrottle, EditedReply, LiveRateLimited
 from adapters.logsafe import redact_in_logs
 from adapters.supervise import Backoff, Supervisor, describe, retry_start
 from adapters.telegram_format import markdown_to_telegram_html
-from adapters.telegram_handoff import UpdateHandOff
+from adapters.telegram_handoff import Batch, UpdateHandOff
 from adapters.telegram_webhook import WebhookServer
 
 log = logging.getLogger(__name__)
@@ -118,8 +121,8 @@ class _SkippingUpdatesRequest(HTTPXRequest):
     advancing the offset, so the same batch would be fetched forever. Emptying the bad update lets the
     offset move on and every other update through.
 
-    It also holds back the next getUpdates (which confirms the last batch) until ``handoff`` says every
-    update of the batch reached the gateway.
+    It also holds back the next getUpdates (which confirms the last batch) until ``handoff`` says the batch
+    is settled: kept in the gateway's inbox and handed on.
     """
 
     handoff: UpdateHandOff | None = None
@@ -536,25 +539,56 @@ class TelegramAdapter(Adapter):
         return True
 
     async def _on_update(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        # PTB runs these one at a time, in update order: the last update of a batch settles the batch.
+        inbound: Inbound | None = None
         try:
-            await self._take_update(update)
+            inbound = await self._read_update(update)
         finally:
-            # Dispatched (the router queues or holds it at once) or skipped: Telegram may now forget it.
-            self.handoff.handed_on(update.update_id)
+            batch = self.handoff.read(update.update_id, inbound)
+        if batch is not None:
+            await self._hand_on(batch)
 
-    async def _take_update(self, update: Update) -> None:
+    async def _hand_on(self, batch: Batch) -> None:
+        """Keep the batch's messages in the gateway's inbox, then hand them on; only then may Telegram forget
+        them (the next getUpdates confirms them)."""
+        messages, keep = batch.inbounds, self.keep
+        try:
+            if messages and keep is not None:
+                await self._keep(keep, messages)
+        finally:
+            for inbound in messages:
+                self._dispatch(inbound)
+            self.handoff.settled(batch)
+
+    async def _keep(self, keep: KeepHandler, messages: list[Inbound]) -> None:
+        """``keep`` the messages, retrying with backoff while the hand-off's bound allows; past it they go on
+        without a record, said in one line."""
+        failures = 0
+        while True:
+            try:
+                await keep(messages)
+                return
+            except Exception as exc:
+                failures += 1
+                delay = min(2.0, 0.25 * 2 ** (failures - 1))
+                if self.handoff.remaining() <= delay:
+                    log.warning("telegram: %d message(s) not kept in the inbox (%s); confirmed to Telegram "
+                                "without a record, held in memory only until handled", len(messages), describe(exc))
+                    return
+            await asyncio.sleep(delay)
+
+    async def _read_update(self, update: Update) -> Inbound | None:
+        """The message an update carries, or None (skipped)."""
         message = update.message or update.channel_post
         if message is None:
             kind = "edited message" if update.edited_message or update.edited_channel_post else "unsupported"
             log.debug("telegram: skipping %s update %s", kind, update.update_id)
-            return
+            return None
         try:
-            inbound = await self._to_inbound(message)
+            return await self._to_inbound(message)
         except Exception as exc:
             log.warning("telegram: skipping unreadable update %s (%s)", update.update_id, describe(exc))
-            return
-        if inbound is not None:
-            self._dispatch(inbound)
+            return None
 
     async def _to_inbound(self, message: Message) -> Inbound | None:
         user = message.from_user

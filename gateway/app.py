@@ -38,6 +38,7 @@ from gateway.data_dir import ensure_data_dir, hold_sqlite_lock, sqlite_path
 from gateway.delivery import Deliveries
 from gateway.health import HealthServer, ReadinessCheck
 from gateway.heartbeat import beat
+from gateway.inbox import Inbox
 from gateway.keys import SessionKey
 from gateway.lease import Lease, RedisLease, SoleLease
 from gateway.limit_backends import InProcessLimits, LimitBackend, RedisLimits
@@ -269,6 +270,7 @@ class Gateway:
     router: Router = field(init=False)
     scheduler: GatewayScheduler = field(init=False)
     deliveries: Deliveries = field(init=False)
+    inbox: Inbox = field(init=False)
     health: HealthServer | None = field(init=False, default=None)
     _started: list[Adapter] = field(init=False, default_factory=list)
     _tasks: list[asyncio.Task[None]] = field(init=False, default_factory=list)
@@ -281,20 +283,25 @@ class Gateway:
         self.deliveries = Deliveries(
             self.rt.store, self.rt.metrics, self.rt.worker_id, resend_after_s=settings.delivery.resend_after_seconds,
             freshness_s=settings.delivery.freshness_seconds, clock=self.rt.clock)
-        self.router = Router(self.sessions, deliveries=self.deliveries)
+        self.inbox = Inbox.for_runtime(self.rt)
+        self.router = Router(self.sessions, deliveries=self.deliveries, inbox=self.inbox)
         gw = settings.gateway
         self.scheduler = GatewayScheduler(
             expire_idle=partial(expire_idle, self.sessions), sweep=partial(sweep, self.sessions),
             idle_expiry_minutes=gw.idle_expiry_minutes, sweep_cron=gw.sweep_cron,
             recover_deliveries=self.recover_deliveries,
-            recovery_seconds=min(60.0, max(1.0, settings.delivery.resend_after_seconds / 2)), claims=self.rt.claims)
+            recovery_seconds=min(60.0, max(1.0, settings.delivery.resend_after_seconds / 2)),
+            # A third of the staleness window: a live worker renews its claims well before they look stale.
+            recover_inbox=self.recover_inbox, inbox_seconds=max(1.0, settings.inbox.stale_after_seconds / 3),
+            claims=self.rt.claims)
         port = settings.metrics.port
         if port is not None:
             self.health = HealthServer(self.rt.metrics.instruments.registry, self._readiness_checks(),
                                        listen=settings.metrics.listen, port=port)
 
     async def start(self) -> None:
-        """Serve health checks, start the scheduler, connect every adapter, then resend what a crash left."""
+        """Serve health checks, start the scheduler, connect every adapter, then resend the answers and handle
+        the messages a crash left."""
         if self.health is not None:
             await self.health.start()
         self.scheduler.start()
@@ -304,6 +311,7 @@ class Gateway:
         for adapter in self.adapters:
             if isinstance(adapter, ConsoleAdapter):
                 adapter.on_interrupt = self.router.cancel
+            adapter.keep = self.inbox.keep
             await adapter.start(partial(self.router.handle, adapter=adapter))
             self._started.append(adapter)
             log.info("adapter %s started", adapter.name)
@@ -313,6 +321,7 @@ class Gateway:
                     lease.hold(adapter.start_polling, adapter.stop_polling),  # type: ignore[attr-defined]
                     name=f"lease:{adapter.name}"))
         await self.recover_deliveries()
+        await self.recover_inbox()
 
     async def recover_deliveries(self) -> None:
         """Send once more the answers a crashed worker stored but never had confirmed (logged, never raises)."""
@@ -320,6 +329,17 @@ class Gateway:
             await self.deliveries.recover({a.name: a for a in self._started})
         except Exception as exc:
             log.warning("delivery recovery failed (%s); it runs again on schedule", type(exc).__name__)
+
+    async def recover_inbox(self) -> None:
+        """Handle the messages a stopped worker kept in the inbox but never handled (logged, never raises)."""
+        adapters = {a.name: a for a in self._started}
+        try:
+            taken = await self.inbox.recover(tuple(adapters))
+        except Exception as exc:
+            log.warning("inbox recovery failed (%s); it runs again on schedule", type(exc).__name__)
+            return
+        for inbound in taken:
+            adapters[inbound.platform].replay(inbound)
 
     def _polling_lease(self, adapter: Adapter) -> Lease | None:
         """The lease a polling Telegram adapter polls under when several workers may run."""

@@ -6,9 +6,10 @@
             ─▶ busy mode (interrupt the sender's turn / collect a burst) ─▶ queue depth cap
             ─▶ arrival ticket ─▶ per-session FIFO ─▶ turn lock (and the ticket's turn)
             ─▶ handled before? drop (de-dup) ─▶ load session (+ the group's pending lines)
-            ─▶ command? run it                                            ┐
-            ─▶ else rate limits / budgets ─▶ hygiene (R-G3) ─▶ agent turn  ├─ persist (inside)
-            ─▶ store the reply (delivery ledger) ─▶ mark the inbound id handled
+            ─▶ command? run it ─▶ store the reply (delivery ledger)
+            ─▶ else turn stored already? drop ─▶ rate limits / budgets ─▶ hygiene (R-G3)
+            ─▶ agent turn ─▶ persist: its messages, its answer, the message marked handled (one transaction)
+            ─▶ mark the inbound id handled (Redis)
             ─▶ release lock ─▶ send the reply (or finish the live one) ─▶ mark it sent
 
 In groups the bot answers only when mentioned, replied to or commanded (in a free-response chat, always).
@@ -26,8 +27,12 @@ are answered plainly that the bot is unavailable instead of being queued without
 De-duplication happens under the session's turn lock: two deliveries of one message (a Telegram update sent
 to two workers, a redelivery after a restart) belong to one session, so the second waits for the first and
 then finds its id marked handled (in Redis, shared by all workers, or in-process). A worker that dies
-mid-turn never marks the id, so a redelivery to another worker is handled there. With several workers the
-arrival ticket (`gateway.arrivals`) keeps a session's messages in the order the workers received them.
+mid-turn never marks the id, so a redelivery to another worker is handled there — or, for a message the
+platform cannot deliver again (Discord, polled Telegram), the inbox (`gateway.inbox`) hands it to another
+worker. A worker that dies after its turn's transaction but before the Redis mark leaves the message marked
+handled in the store: a retry finds that before running the turn again, and the ledger sends the stored
+answer. With several workers the arrival ticket (`gateway.arrivals`) keeps a session's messages in the order
+the workers received them.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import dataclasses
 import logging
 import time
 from collections import Counter, OrderedDict, deque
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -52,6 +58,7 @@ from gateway.compaction import run_hygiene
 from gateway.continuity import with_note
 from gateway.delivery import Deliveries
 from gateway.durability import backoff_delay, is_storage_outage
+from gateway.inbox import Inbox, inbound_key
 from gateway.keys import SessionKey, session_key
 from gateway.limits import RateLimiter
 from gateway.logsetup import bind_log_session, log_context
@@ -60,10 +67,10 @@ from gateway.metrics import fan_out
 from gateway.observe import GroupObserver
 from gateway.pairing import Pairing
 from gateway.prompt import speaker_tag
-from gateway.queues import SessionQueues
+from gateway.queues import QueueClosed, SessionQueues
 from gateway.replies import cap_reply
 from gateway.session import LiveSession, SessionManager
-from gateway.turns import agent_turn
+from gateway.turns import TurnAnswer, agent_turn
 
 __all__ = ["GroupContext", "Router"]
 
@@ -81,6 +88,8 @@ STOPPED_TEXT = "⏹️ Stopped."
 INTERRUPTED_BY_NEW_TEXT = "⏹️ Interrupted by a newer message."
 # How soon a worker holding a later ticket of a session asks again for the turn.
 TURN_POLL_S = 0.02
+# What the chain ends with: a text still to be stored in the ledger, or a turn's answer stored with the turn.
+Reply = str | tuple[Outbound, int | None]
 UNAVAILABLE_TEXT = ("⚠️ I'm unavailable right now (my storage is down) and cannot keep more messages. "
                     "Please send this again in a few minutes.")
 
@@ -119,7 +128,7 @@ class Router:
     """Routes inbound messages from every adapter through the chain above."""
 
     def __init__(self, sessions: SessionManager, *, events: EventSink | None = None,
-                 deliveries: Deliveries | None = None) -> None:
+                 deliveries: Deliveries | None = None, inbox: Inbox | None = None) -> None:
         self.sessions = sessions
         rt = sessions.rt
         self.settings = rt.settings
@@ -130,6 +139,7 @@ class Router:
         self.deliveries = deliveries or Deliveries(
             rt.store, rt.metrics, rt.worker_id, resend_after_s=self.settings.delivery.resend_after_seconds,
             freshness_s=self.settings.delivery.freshness_seconds, clock=rt.clock)
+        self.inbox = inbox or Inbox.for_runtime(rt)
         self._queues: SessionQueues[SessionKey, tuple[Inbound | Batch, Adapter, Turn]] = \
             SessionQueues(self._process_logged)
         self.metrics.instruments.watch_queue(lambda: self._queues.depth)
@@ -146,7 +156,21 @@ class Router:
         self._failures = LogThrottle(log)
 
     async def handle(self, inbound: Inbound, adapter: Adapter) -> None:
-        """Take one inbound message; returns once it has been handled (queued behind its session's earlier ones)."""
+        """Take one inbound message; returns once it has been handled (queued behind its session's earlier ones).
+
+        A message the inbox holds is marked handled there once this is done with it — unless handling stopped
+        short (shutdown, storage down): then the inbox's recovery hands it on again."""
+        try:
+            await self._route(inbound, adapter)
+        except (asyncio.CancelledError, QueueClosed):
+            raise
+        except Exception as exc:
+            if not is_storage_outage(exc):
+                await self.inbox.settle(inbound)  # a failure of ours would only fail again
+            raise
+        await self.inbox.settle(inbound)
+
+    async def _route(self, inbound: Inbound, adapter: Adapter) -> None:
         admin = is_admin(inbound.platform, inbound.user_id, self.settings.gateway.admins, inbound.is_admin_hint)
         if not await self._admitted(inbound, adapter, admin):
             return
@@ -163,7 +187,7 @@ class Router:
         addressed = _addressed_anywhere(inbound)
         if not addressed and self.observing and key.is_group:
             # Batched, no lock per line: a line is kept once, by whichever worker claims its id first.
-            if await self.sessions.rt.claims.claim(_handled_key(inbound), self.settings.gateway.dedupe_ttl_seconds):
+            if await self.sessions.rt.claims.claim(inbound_key(inbound), self.settings.gateway.dedupe_ttl_seconds):
                 self.observer.add(key, _observed_line(inbound), inbound.user_id)
             else:
                 self.metrics.record_duplicate(inbound.platform)
@@ -314,7 +338,7 @@ class Router:
                              adapter: Adapter) -> list[tuple[Outbound, int | None]]:
         """Everything done under the turn lock: de-dup, the chain, and storing the answers in the ledger."""
         rt = self.sessions.rt
-        handled = _handled_key(inbound)
+        handled = inbound_key(inbound)
         if await rt.claims.claimed(handled):
             log.info("duplicate delivery of message %s in %s ignored", inbound.message_id, key)
             self.metrics.record_duplicate(inbound.platform)
@@ -330,15 +354,28 @@ class Router:
             replies = [FAILURE_TEXT]
         live = self.sessions.cached(key)
         pending = []
-        for text in replies:
-            out = Outbound.to(inbound, cap_reply(text, self.settings.gateway.max_reply_chars))
+        for reply in replies:
+            if not isinstance(reply, str):
+                pending.append(reply)  # a turn's answer, stored with the turn
+                continue
+            out = Outbound.to(inbound, cap_reply(reply, self.settings.gateway.max_reply_chars))
             pending.append((out, await self.deliveries.record(out, live.id if live else None)))
         # Marked only once the answer is stored: a worker dying before this leaves the message to a
-        # redelivery; one dying after leaves the answer to the ledger's recovery.
+        # redelivery (or the inbox); one dying after leaves the answer to the ledger's recovery.
+        await self.inbox.settle(inbound)
         await rt.claims.claim(handled, self.settings.gateway.dedupe_ttl_seconds)
         return pending
 
-    async def _chain(self, key: SessionKey, inbound: Inbound, adapter: Adapter) -> list[str]:
+    def _composer(self, inbound: Inbound, running: RunningTurn) -> Callable[[TurnResult], Outbound | None]:
+        """The answer a turn of ``inbound`` ends with, cut like any reply (None: nothing more to send)."""
+
+        def compose(result: TurnResult) -> Outbound | None:
+            text = _answer_text(result, running)
+            return Outbound.to(inbound, cap_reply(text, self.settings.gateway.max_reply_chars)) if text else None
+
+        return compose
+
+    async def _chain(self, key: SessionKey, inbound: Inbound, adapter: Adapter) -> list[Reply]:
         command = Command.of(inbound)
         if key.is_group and not _addressed(inbound, command):
             if self.observing:
@@ -362,32 +399,40 @@ class Router:
                                  self.pairing)
             reply, _ = await run_command(command, ctx)
             return [reply]
+        if await self.inbox.handled(inbound):
+            # Its turn was stored by a worker that died before the Redis mark: the answer is in the ledger,
+            # whose recovery sends it.
+            log.info("message %s in %s was handled already (its turn is stored); not run again",
+                     inbound.message_id, key)
+            self.metrics.record_duplicate(inbound.platform)
+            return []
         if not admin and inbound.platform != "console":
             refusal = await self.limiter.admit(inbound)
             if refusal is not None:
                 return [refusal]
         stream = adapter.live_reply(inbound)
         with self.running.track(key, inbound) as running:
+            answer = TurnAnswer(self.inbox.marker(inbound, key), self._composer(inbound, running), self.deliveries)
             started, failed = time.perf_counter(), True
             try:
                 async with adapter.typing(inbound):
                     await run_hygiene(self.sessions, live, notices=notices, events=self.events)
                     result = await agent_turn(self.sessions, live, self._user_message(key, live, inbound),
                                               notices=notices, events=self.events, stream=stream,
-                                              on_start=running.attach)
+                                              on_start=running.attach, answer=answer)
                 failed = result.stop_reason is StopReason.ERROR
             finally:
                 self.metrics.record_turn(time.perf_counter() - started, failed=failed)
+        self.inbox.settled(inbound)
         await self.limiter.record(inbound, sum(u.prompt_tokens + u.completion_tokens for u in result.usage))
-        answer = _answer_text(result, running)
-        if answer is None or stream is None:
-            return [answer] if answer else []
+        if answer.out is None:
+            return []
+        if stream is None:
+            return [(answer.out, answer.delivery_id)]
         # The live reply becomes the exact final text, cut like any reply (a 1 MB answer is not 250 messages);
         # the ledger holds that text until the edit is confirmed.
-        answer = cap_reply(answer, self.settings.gateway.max_reply_chars)
-        delivery_id = await self.deliveries.record(Outbound.to(inbound, answer), live.id)
-        await stream.finish(answer)
-        await self.deliveries.confirm(adapter, delivery_id)
+        await stream.finish(answer.out.text)
+        await self.deliveries.confirm(adapter, answer.delivery_id)
         return []
 
     def _user_message(self, key: SessionKey, live: LiveSession, inbound: Inbound) -> dict[str, Any]:
@@ -408,11 +453,6 @@ class Router:
             return {"role": "user", "content": text}
         return {"role": "user", "content": [{"type": "text", "text": text},
                                             *({"type": "image_url", "image_url": {"url": u}} for u in images)]}
-
-
-def _handled_key(inbound: Inbound) -> str:
-    """The de-duplication key of an inbound message: its platform id within its chat (and thread)."""
-    return f"inbound:{inbound.platform}:{inbound.chat_id}:{inbound.thread_id or ''}:{inbound.message_id}"
 
 
 def _observed_line(inbound: Inbound) -> str:

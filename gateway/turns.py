@@ -9,6 +9,12 @@ the one it read; otherwise it appends too.
 
 A storage outage at the end of the turn is ridden out (`StorageGuard.run`): the answer is sent once the turn's
 messages are stored, never before, and never lost.
+
+A turn's answer is stored with the turn (`TurnAnswer`): written to the delivery ledger as a draft, then made
+pending — and the inbound message marked handled — in the very transaction that appends the turn's messages.
+A worker that dies before that transaction leaves nothing (a retry runs the turn afresh); one that dies after
+it leaves the turn stored, the message marked handled and the answer pending: a retry finds the mark and does
+not run the turn again, and the ledger's recovery sends the answer, once.
 """
 
 from __future__ import annotations
@@ -17,8 +23,10 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from adapters.base import Outbound
 from agent.events import (
     AgentEvent,
     EventSink,
@@ -31,17 +39,39 @@ from agent.events import (
 )
 from agent.turn import Compaction, TurnResult
 from gateway.compaction import follow_stored, persist_compaction
+from gateway.delivery import Deliveries
 from gateway.durability import is_storage_outage
 from gateway.engine_state import export_engine_state, restore_engine_state
 from gateway.metrics import EVENT_COMPRESS_ABORTED
 from gateway.session import LiveSession, SessionManager
-from gateway.store import EngineState, SessionEnded, StaleWatermark
+from gateway.store import EngineState, Handled, SessionEnded, StaleWatermark
 
-__all__ = ["agent_turn", "persist_turn"]
+__all__ = ["TurnAnswer", "agent_turn", "persist_turn"]
 
 log = logging.getLogger(__name__)
 
 REWRITE_REASON = "history rewritten by the agent"
+
+
+@dataclass
+class TurnAnswer:
+    """How a turn's end is stored (see the module docstring): ``handled`` marks the inbound message, and
+    ``compose`` makes the answer to send from the result (None: nothing to send). `agent_turn` fills in
+    ``out`` and its ledger row ``delivery_id`` (None when the ledger could not take it)."""
+
+    handled: Handled
+    compose: Callable[[TurnResult], Outbound | None]
+    ledger: Deliveries
+    out: Outbound | None = None
+    delivery_id: int | None = None
+
+    async def marker(self, session_id: str) -> Handled:
+        """The mark to store with the turn, its answer drafted in the ledger first (once, however often the
+        turn's store is retried)."""
+        if self.out is not None and self.delivery_id is None:
+            self.delivery_id = await self.ledger.draft(self.out, session_id)
+        answers = (self.delivery_id,) if self.delivery_id is not None else ()
+        return dataclasses.replace(self.handled, answers=answers)
 
 
 async def agent_turn(
@@ -53,12 +83,14 @@ async def agent_turn(
     events: EventSink | None = None,
     stream: TurnStream | None = None,
     on_start: Callable[[asyncio.Task[TurnResult]], None] | None = None,
+    answer: TurnAnswer | None = None,
 ) -> TurnResult:
     """Run the agent on ``message`` and persist the outcome; the caller holds the session's turn lock.
 
     With ``stream`` the model's answer is streamed to it as it arrives (and tool rounds show a status).
     ``on_start`` receives the task running the agent loop: cancelling it (``/stop``) ends the turn cleanly,
-    and what it produced is still persisted, which a cancellation must never interrupt."""
+    and what it produced is still persisted, which a cancellation must never interrupt. ``answer`` is stored
+    with the turn, in the same transaction."""
     loop = live.loop
     guard = sessions.rt.storage
     saved = 0  # how many of the turn's appended messages a compaction persisted during the turn holds
@@ -107,8 +139,14 @@ async def agent_turn(
         result = await running
     finally:
         loop.notices = loop.events = loop.switch_session = loop.stream = None
-    await guard.run(lambda: persist_turn(sessions, live, result, saved=saved),
-                    f"the turn of session {live.id} is held until it is stored")
+    if answer is not None:
+        answer.out = answer.compose(result)
+
+    async def store() -> None:
+        handled = await answer.marker(live.id) if answer is not None else None
+        await persist_turn(sessions, live, result, saved=saved, handled=handled)
+
+    await guard.run(store, f"the turn of session {live.id} is held until it is stored")
     return result
 
 
@@ -137,8 +175,10 @@ async def _store_unstored(sessions: SessionManager, live: LiveSession,
     return new, False
 
 
-async def persist_turn(sessions: SessionManager, live: LiveSession, result: TurnResult, *, saved: int = 0) -> None:
-    """Store what the turn added and save the engine state.
+async def persist_turn(sessions: SessionManager, live: LiveSession, result: TurnResult, *, saved: int = 0,
+                       handled: Handled | None = None) -> None:
+    """Store what the turn added and save the engine state, with ``handled`` (the inbound message marked
+    handled, its answer made pending) in the same transaction.
 
     ``saved`` is how many of ``result.appended`` the store already holds (inside a compaction persisted during
     the turn). Never raises `StaleWatermark`. Safe to repeat after a storage error: each write is one
@@ -146,26 +186,27 @@ async def persist_turn(sessions: SessionManager, live: LiveSession, result: Turn
     twice (short of a connection lost inside COMMIT itself, when the driver cannot know either).
     """
     state = export_engine_state(live.engine, live.last_compaction)
-    if result.images_reencoded and not result.compacted and await _replace_rewritten(sessions, live, result, state):
+    if result.images_reencoded and not result.compacted and await _replace_rewritten(sessions, live, result, state,
+                                                                                     handled):
         return
     new = result.appended[saved:]
     if new:
-        if not await _append(sessions, live, new, state):
+        if not await _append(sessions, live, new, state, handled):
             return
     else:
-        await sessions.rt.store.sessions.save_engine_state(live.id, state)
+        await sessions.rt.store.sessions.save_engine_state(live.id, state, handled=handled)
     live.record = dataclasses.replace(live.record, engine=state)
     live.synced_state = state
 
 
 async def _replace_rewritten(sessions: SessionManager, live: LiveSession, result: TurnResult,
-                             state: EngineState) -> bool:
+                             state: EngineState, handled: Handled | None) -> bool:
     """Make the turn's re-encoded list the active set if that set is still the one the turn read."""
     rt = sessions.rt
     counts = [rt.counter.count_message(m) for m in result.messages]
     try:
         await rt.store.compactions.replace_active(live.id, result.messages, counts, live.watermark,
-                                                  reason=REWRITE_REASON, engine_state=state)
+                                                  reason=REWRITE_REASON, engine_state=state, handled=handled)
     except (StaleWatermark, SessionEnded):
         # Replacing now would archive what another process stored meanwhile; the re-encoding is only an
         # optimisation (the next turn re-encodes again), the turn's messages are what must not be lost.
@@ -180,20 +221,20 @@ async def _replace_rewritten(sessions: SessionManager, live: LiveSession, result
 
 
 async def _append(sessions: SessionManager, live: LiveSession, new: list[dict[str, Any]],
-                  state: EngineState) -> bool:
+                  state: EngineState, handled: Handled | None) -> bool:
     """Append ``new`` to the session — or, if it was ended meanwhile, to the chat's open session; False when
     another process wrote meanwhile (its engine state stands and ``live`` has been re-read)."""
     rt = sessions.rt
     counts = [rt.counter.count_message(m) for m in new]
     try:
         last = await rt.store.messages.append(live.id, new, counts, engine_state=state,
-                                              state_watermark=live.watermark)
+                                              state_watermark=live.watermark, handled=handled)
     except SessionEnded:
         ended = live.id
         await follow_stored(sessions, live)
         log.warning("session %s was ended during a turn; its messages go to the chat's open session %s",
                     ended, live.id)
-        last = await rt.store.messages.append(live.id, new, counts)
+        last = await rt.store.messages.append(live.id, new, counts, handled=handled)
     if last == live.watermark + len(new):
         live.messages, live.token_counts, live.watermark = live.messages + new, live.token_counts + counts, last
     else:

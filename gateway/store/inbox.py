@@ -21,7 +21,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.store._rows import utcnow
-from gateway.store.database import read, run_write
+from gateway.store.database import read, run_read, run_write
 from gateway.store.deliveries import arm_drafts
 from gateway.store.models import InboxRow
 from gateway.store.records import Handled, InboxEntry, InboxRecord
@@ -71,9 +71,9 @@ class InboxRepository:
 
     async def handled(self, key: str) -> bool:
         """Whether the message ``key`` was marked handled (and not pruned yet)."""
-        async with read(self._engine) as conn:
-            return (await conn.execute(select(InboxRow.id).where(
-                InboxRow.key == key, InboxRow.handled_at.is_not(None)))).first() is not None
+        query = select(InboxRow.id).where(InboxRow.key == key, InboxRow.handled_at.is_not(None))
+        # Once per turn: one round trip on SQLite (run_read).
+        return await run_read(self._engine, lambda conn: conn.execute(query).first() is not None)
 
     async def mark_handled(self, handled: Handled) -> None:
         """Mark a message handled in a transaction of its own."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -104,6 +104,41 @@ async def test_chatter_replies_dms_and_threads(fake_discord: FakeDiscord, start_
     assert (threaded.chat_type, threaded.chat_id, threaded.thread_id) == ("thread", str(CHANNEL_ID), str(THREAD_ID))
     sent = await fake_discord.wait_for_messages(3)
     assert sorted(m.channel_id for m in sent) == sorted([CHANNEL_ID, DM_CHANNEL_ID, THREAD_ID])
+
+
+async def test_messages_are_kept_in_the_inbox_before_they_are_handed_on_in_order(
+        fake_discord: FakeDiscord, start_discord: StartFn) -> None:
+    inbox = Inbox()
+    kept: list[str] = []
+
+    async def keep(batch: Sequence[Inbound]) -> None:
+        (message,) = batch
+        assert message.text not in {m.text for m in inbox.messages}  # not handed on before it is kept
+        await asyncio.sleep(0.3 if message.text == "first" else 0.0)  # a slow write must not let "second" pass
+        kept.append(message.text)
+
+    adapter = await start_discord(inbox)
+    adapter.keep = keep
+    await fake_discord.inject_message("first")
+    await fake_discord.inject_message("second")
+    assert [m.text for m in await inbox.wait_for(2)] == kept == ["first", "second"]
+
+
+async def test_an_inbox_that_fails_does_not_hold_messages_back(
+        fake_discord: FakeDiscord, start_discord: StartFn) -> None:
+    inbox = Inbox()
+    tried: list[str] = []
+
+    async def keep(batch: Sequence[Inbound]) -> None:
+        tried.append(batch[0].text)
+        raise ConnectionRefusedError("database down")
+
+    adapter = await start_discord(inbox)
+    adapter.keep = keep
+    await fake_discord.inject_message("during the outage")
+    await fake_discord.inject_message("right after")
+    assert [m.text for m in await inbox.wait_for(2)] == ["during the outage", "right after"]
+    assert tried == ["during the outage"]  # the next ones skip the inbox for a few seconds instead of waiting
 
 
 async def test_commands_and_admin_roles(fake_discord: FakeDiscord, start_discord: StartFn) -> None:

@@ -1,16 +1,29 @@
 """Telegram forgets an update once getUpdates asks past it: that must not happen before the gateway has the
-message (issue 11). Real PTB polling against the fake Bot API."""
+message safe — read, kept in the inbox in one write per fetched batch, handed on (issues 11 and 18). Real PTB
+polling against the fake Bot API."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Sequence
 from dataclasses import replace
+
+import pytest
 
 from adapters.base import Inbound
 from adapters.telegram_adapter import TelegramAdapter, TelegramSettings
 from adapters.telegram_handoff import UpdateHandOff
 from tests.fakes.inbox import Inbox
 from tests.fakes.telegram_server import FakeTelegram
+
+
+async def _confirmed(fake_telegram: FakeTelegram, within_s: float = 5.0) -> bool:
+    for _ in range(int(within_s / 0.05)):
+        if not fake_telegram._updates:
+            return True
+        await asyncio.sleep(0.05)
+    return False
 
 
 async def test_an_update_is_confirmed_only_after_it_was_handed_to_the_gateway(
@@ -34,20 +47,93 @@ async def test_an_update_is_confirmed_only_after_it_was_handed_to_the_gateway(
         assert adapter.handoff.open == 1
         slow.set()
         await inbox.wait_for(1)
-        for _ in range(100):
-            if not fake_telegram._updates:
-                break
-            await asyncio.sleep(0.05)
-        assert fake_telegram._updates == []  # confirmed once handed on
+        assert await _confirmed(fake_telegram)  # confirmed once handed on
         assert inbox.messages[0].text == "keep me"
     finally:
         slow.set()
         await adapter.stop()
 
 
+async def test_a_batch_is_kept_in_one_write_before_it_is_handed_on_or_confirmed(
+        fake_telegram: FakeTelegram, telegram_settings: TelegramSettings) -> None:
+    adapter = TelegramAdapter(replace(telegram_settings))
+    writes: list[list[str]] = []
+    inbox = Inbox()
+    release = asyncio.Event()
+
+    async def keep(batch: Sequence[Inbound]) -> None:
+        writes.append([m.text for m in batch])
+        assert inbox.messages == []  # nothing handed on before it is kept
+        await release.wait()  # a slow database
+
+    adapter.keep = keep
+    for text in ("one", "two", "three"):
+        fake_telegram.inject_message(text)
+    await adapter.start(inbox)
+    try:
+        await asyncio.sleep(1.0)
+        assert writes == [["one", "two", "three"]] and inbox.messages == []
+        assert len(fake_telegram._updates) == 3  # not confirmed while the write is in flight
+        release.set()
+        await inbox.wait_for(3)
+        assert await _confirmed(fake_telegram)
+        assert writes == [["one", "two", "three"]]
+    finally:
+        release.set()
+        await adapter.stop()
+
+
+async def test_an_inbox_that_fails_keeps_the_offset_until_it_works_again(
+        fake_telegram: FakeTelegram, telegram_settings: TelegramSettings) -> None:
+    adapter = TelegramAdapter(replace(telegram_settings))
+    attempts: list[int] = []
+
+    async def keep(batch: Sequence[Inbound]) -> None:
+        attempts.append(len(batch))
+        if len(attempts) < 4:
+            raise ConnectionRefusedError("database down")
+
+    adapter.keep = keep
+    inbox = Inbox()
+    fake_telegram.inject_message("during the outage")
+    await adapter.start(inbox)
+    try:
+        await inbox.wait_for(1, within_s=10)
+        assert len(attempts) == 4  # retried with backoff, Telegram still holding the update meanwhile
+        assert await _confirmed(fake_telegram)
+    finally:
+        await adapter.stop()
+
+
+async def test_past_the_bound_an_unkept_batch_is_confirmed_with_one_line(
+        fake_telegram: FakeTelegram, telegram_settings: TelegramSettings, caplog: pytest.LogCaptureFixture) -> None:
+    adapter = TelegramAdapter(replace(telegram_settings))
+    adapter.handoff.max_wait_s = 1.5
+
+    async def keep(batch: Sequence[Inbound]) -> None:
+        raise ConnectionRefusedError("database down")
+
+    adapter.keep = keep
+    inbox = Inbox()
+    fake_telegram.inject_message("held in memory")
+    caplog.set_level(logging.WARNING, logger="adapters.telegram_adapter")
+    await adapter.start(inbox)
+    try:
+        await inbox.wait_for(1, within_s=10)
+        fake_telegram.inject_message("fetched after")
+        await inbox.wait_for(2, within_s=10)  # polling went on
+        assert await _confirmed(fake_telegram)
+        lines = [r.getMessage() for r in caplog.records if "without a record" in r.getMessage()]
+        assert len(lines) == 2 and "1 message(s)" in lines[0] and "database down" in lines[0]
+    finally:
+        await adapter.stop()
+
+
 async def test_a_handler_that_never_returns_does_not_stop_polling() -> None:
     handoff = UpdateHandOff(max_wait_s=0.2)
     handoff.fetched([7, 8])
-    handoff.handed_on(7)
+    assert handoff.read(7, None) is None  # 8 is still being read
     await asyncio.wait_for(handoff.wait(), 2.0)  # gives up on 8 after the bound
     assert handoff.open == 0
+    late = handoff.read(8, None)  # its batch was given up on: it is settled alone
+    assert late is not None and late.ids == (8,)

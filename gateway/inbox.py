@@ -1,0 +1,155 @@
+"""The inbox (issue 18): messages kept in the store from receipt until handled, so a worker that dies loses none.
+
+Telegram forgets a polled update once the next getUpdates confirms its offset, and Discord never sends an event
+twice: a message held only in a worker's memory dies with it. So those adapters hand every fetched batch to
+`Inbox.keep` — one transaction — before the platform may forget it (Telegram: before the offset is confirmed;
+Discord: before the message is queued). A kept row is claimed by the worker process that took it
+(``<worker id>#<per-process suffix>``), which renews the claim while it lives.
+
+A message is marked handled where the router marks its inbound id handled: for an agent turn inside the turn's
+own transaction, together with the answer's ledger row (`gateway.turns.TurnAnswer`); otherwise once the answer
+is in the ledger, or, for a message answered outside the turn lock (a refusal, /stop, an observed group line),
+when the router is done with it.
+
+`Inbox.recover` — at start-up and every third of ``inbox.stale_after_seconds``, on every worker — claims the
+rows whose worker stopped renewing them that long ago (each row to one worker) and returns them to be handled
+again; the router's de-dup drops any that was handled after all. Handled rows stay for
+``gateway.dedupe_ttl_seconds``: they are also the store's record that a turn was stored, which a retried
+message (a webhook redelivery after a crash) checks before running its turn a second time. Then they are
+pruned.
+
+Webhook mode keeps nothing on receipt: its POST is answered only after handling, so Telegram itself retries.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import secrets
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+
+from adapters.base import Attachment, Inbound
+from gateway.durability import StorageGuard, is_storage_outage
+from gateway.keys import Scope, SessionKey, session_key
+from gateway.runtime import Runtime
+from gateway.store import Handled, InboxEntry, Store
+
+__all__ = ["Inbox", "decode", "encode", "inbound_key"]
+
+log = logging.getLogger(__name__)
+
+
+def inbound_key(inbound: Inbound) -> str:
+    """The de-duplication key of an inbound message: its platform id within its chat (and thread)."""
+    return f"inbound:{inbound.platform}:{inbound.chat_id}:{inbound.thread_id or ''}:{inbound.message_id}"
+
+
+def encode(inbound: Inbound) -> str:
+    """``inbound`` as JSON (ASCII, so any text is storable)."""
+    data = dataclasses.asdict(inbound)
+    data["received_at"] = inbound.received_at.isoformat()
+    return json.dumps(data)
+
+
+def decode(payload: str) -> Inbound:
+    """The inverse of `encode`."""
+    data = json.loads(payload)
+    data["attachments"] = tuple(Attachment(**a) for a in data["attachments"])
+    data["role_ids"] = tuple(data["role_ids"])
+    data["received_at"] = datetime.fromisoformat(data["received_at"])
+    return Inbound(**data)
+
+
+class Inbox:
+    """One worker's side of the inbox: what it kept, the marks it writes, and the recovery it runs."""
+
+    def __init__(self, store: Store, storage: StorageGuard, worker: str, scope_for: Callable[[str], Scope], *,
+                 stale_after_s: float, keep_handled_s: float, clock: Callable[[], datetime]) -> None:
+        self.store = store
+        self.storage = storage
+        # A restarted worker with a configured id is a new claimer: the dead one's rows are not renewed as ours.
+        self.claimer = f"{worker}#{secrets.token_hex(3)}"
+        self.scope_for = scope_for
+        self.stale_after = timedelta(seconds=stale_after_s)
+        self.keep_handled = timedelta(seconds=keep_handled_s)
+        self.clock = clock
+        self._kept: set[str] = set()  # keys this process kept or took over and has not marked handled yet
+
+    @classmethod
+    def for_runtime(cls, rt: Runtime) -> Inbox:
+        """The inbox as configured (``inbox.*``, handled rows kept for ``gateway.dedupe_ttl_seconds``)."""
+        settings = rt.settings
+        return cls(rt.store, rt.storage, rt.worker_id, settings.gateway.scope_for,
+                   stale_after_s=settings.inbox.stale_after_seconds,
+                   keep_handled_s=settings.gateway.dedupe_ttl_seconds, clock=rt.clock)
+
+    def session_of(self, inbound: Inbound) -> SessionKey:
+        """The session ``inbound`` belongs to."""
+        return session_key(inbound, self.scope_for(inbound.platform))
+
+    async def keep(self, batch: Sequence[Inbound]) -> None:
+        """Store a received batch in one transaction, before its platform may forget it. Raises when the store
+        cannot take it; the adapter decides how long to retry (it does not tell the platform meanwhile)."""
+        at = self.clock()
+        entries = [InboxEntry(key=inbound_key(i), platform=i.platform, session_key=str(self.session_of(i)),
+                              payload=encode(i), received_at=at) for i in batch]
+        try:
+            await self.store.inbox.keep(entries, self.claimer, at=at)
+        except Exception as exc:
+            if is_storage_outage(exc):
+                self.storage.failed(exc, f"{len(batch)} received message(s) not in the inbox yet")
+            raise
+        self.storage.succeeded()
+        self._kept.update(e.key for e in entries)
+
+    def marker(self, inbound: Inbound, key: SessionKey, answers: tuple[int, ...] = ()) -> Handled:
+        """What marks ``inbound`` handled inside the transaction that stores its turn."""
+        return Handled(inbound_key(inbound), inbound.platform, str(key), answers)
+
+    def settled(self, inbound: Inbound) -> None:
+        """``inbound`` was marked handled with its turn."""
+        self._kept.discard(inbound_key(inbound))
+
+    async def handled(self, inbound: Inbound) -> bool:
+        """Whether the store records ``inbound`` as handled (its turn stored by a worker that died before the
+        de-dup claim)."""
+        return await self.store.inbox.handled(inbound_key(inbound))
+
+    async def settle(self, inbound: Inbound) -> None:
+        """Mark ``inbound`` handled if this worker kept it and has not marked it yet; a failure is only logged
+        (recovery then hands it on once more, and the de-dup drops it)."""
+        key = inbound_key(inbound)
+        if key not in self._kept:
+            return
+        try:
+            await self.store.inbox.mark_handled(self.marker(inbound, self.session_of(inbound)))
+        except Exception as exc:
+            log.warning("inbox: message %s not marked handled (%s); it will be looked at again",
+                        inbound.message_id, type(exc).__name__)
+            return
+        self._kept.discard(key)
+
+    async def recover(self, platforms: Sequence[str]) -> list[Inbound]:
+        """Renew this worker's claims, prune old handled rows, and take over the messages on ``platforms`` a
+        dead worker left unhandled: returned to be handled again."""
+        now = self.clock()
+        if self._kept:
+            await self.store.inbox.renew(self.claimer, at=now)
+        await self.store.inbox.prune(now - self.keep_handled)
+        rows = await self.store.inbox.claim_stale(now - self.stale_after, self.claimer, platforms=platforms, at=now)
+        taken: list[Inbound] = []
+        for row in rows:
+            assert row.payload is not None  # claim_stale only returns kept messages
+            self._kept.add(row.key)
+            try:
+                taken.append(decode(row.payload))
+            except (ValueError, TypeError, KeyError) as exc:
+                log.warning("inbox: row %d cannot be read (%s); dropped", row.id, type(exc).__name__)
+                await self.store.inbox.mark_handled(Handled(row.key, row.platform, row.session_key))
+                self._kept.discard(row.key)
+        if rows:
+            log.warning("inbox: taking over %d message(s) a stopped worker left unhandled (the oldest received "
+                        "%s)", len(rows), rows[0].received_at.isoformat(timespec="seconds"))
+        return taken
