@@ -125,6 +125,7 @@ class GatewayScheduler:
             if not await self._claims.claim(key, ttl()):
                 log.debug("scheduled job %s: %s already claimed by another worker", name, key)
                 return None
+            log.debug("scheduled job %s: %s claimed here", name, key)
             return await job()
 
         return run

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench.scratch_db import scratch_postgres
-from gateway.app import Gateway, build_runtime, run_sweep
+from gateway.app import Gateway, SweepSlotTaken, build_runtime, run_sweep
 from gateway.locks import RedisLocks
 from gateway.store import Store
 from tests.fakes.llm_server import FakeLLMServer, Reply
@@ -71,3 +71,19 @@ async def test_run_sweep_needs_an_llm_unless_dry(tmp_path: Path) -> None:
         await run_sweep(settings, dry_run=False)
     report = await run_sweep(settings, dry_run=True, show_progress=False)
     assert report.entries == []
+
+
+async def test_a_cron_sweep_skips_the_run_a_worker_already_swept(fake_llm: FakeLLMServer, tmp_path: Path,
+                                                                  redis_url: str) -> None:
+    prefix = f"concord:test:{uuid.uuid4().hex[:8]}:"
+    settings = make_settings(fake_llm, tmp_path, redis={"url": redis_url, "key_prefix": prefix},
+                             gateway={"sweep_cron": "0 * * * *"})
+    first = await run_sweep(settings, show_progress=False)  # a timer's sweep claims this hour's run
+    assert first.entries == []
+    with pytest.raises(SweepSlotTaken, match=r"T\d\d:00:00\+00:00 \(gateway.sweep_cron\) already ran"):
+        await run_sweep(settings, show_progress=False)  # a worker's scheduler, or a second timer, finds it taken
+    assert (await run_sweep(settings, show_progress=False, force=True)).entries == []
+    assert (await run_sweep(settings, dry_run=True, show_progress=False)).dry_run  # a dry run claims nothing
+    unscheduled = make_settings(fake_llm, tmp_path, redis={"url": redis_url, "key_prefix": prefix},
+                                gateway={"sweep_cron": "off"})
+    await run_sweep(unscheduled, show_progress=False)  # the timer is the schedule: nothing to share

@@ -1,0 +1,50 @@
+"""Scheduled jobs once per schedule across real ``concord run`` workers on PostgreSQL + Redis (issue 18): three
+workers sweep every two seconds and a ``concord sweep`` (what the systemd timer or cron runs) joins in; every
+run of the schedule is swept by exactly one of them."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import re
+import sys
+from datetime import datetime
+
+from redis.asyncio import Redis
+
+from tests.scale.conftest import ClusterFactory
+
+CRON = "*/2 * * * * *"  # six fields: every two seconds
+CLAIMED = re.compile(r"scheduled job hygiene-sweep: (job:hygiene-sweep:\S+) claimed here")
+CLI_CLAIMED = re.compile(r"sweep: claimed the run of (\S+)")
+
+
+async def test_each_run_of_the_sweep_is_swept_by_one_process(cluster_factory: ClusterFactory, redis_url: str) -> None:
+    cluster = await cluster_factory(3, CONCORD_GATEWAY__SWEEP_CRON=CRON, CONCORD_LOGGING__LEVEL="DEBUG")
+    await asyncio.sleep(4)
+    env = {**cluster._worker_env(cluster.workers[0]), "CONCORD_GATEWAY__WORKER_ID": "timer"}
+    cli = await asyncio.create_subprocess_exec(sys.executable, "-m", "gateway.cli", "sweep", cwd=str(cluster.workdir),
+                                               env=env, stdout=asyncio.subprocess.PIPE,
+                                               stderr=asyncio.subprocess.PIPE)
+    out, err = await cli.communicate()
+    assert cli.returncode == 0, err.decode()[-2000:]
+    await asyncio.sleep(3)
+    for worker in cluster.workers:
+        assert await cluster.stop(worker.index) == 0
+    runs = [(w.index, key) for w in cluster.workers for key in CLAIMED.findall(w.log_path.read_text())]
+    swept = [w.log_path.read_text().count("sweep: 0 candidate(s)") for w in cluster.workers]
+    skipped = "already ran in another process" in out.decode()
+    cli_runs = [f"job:hygiene-sweep:{slot}" for slot in CLI_CLAIMED.findall(err.decode())]
+    assert skipped != bool(cli_runs)  # the timer's sweep either found its run swept, or swept it
+    client = Redis.from_url(redis_url)
+    try:
+        claimed = sorted(k.decode().removeprefix(f"{cluster.key_prefix}claim:")
+                         for k in await client.keys(f"{cluster.key_prefix}claim:job:hygiene-sweep:*"))
+    finally:
+        await client.aclose()
+    keys = [key for _, key in runs] + cli_runs
+    assert len(claimed) >= 3  # about 8 s of a two-second schedule
+    slots = [datetime.fromisoformat(key.removeprefix("job:hygiene-sweep:")) for key in claimed]
+    assert all((b - a).total_seconds() == 2 for a, b in itertools.pairwise(slots))  # no run left out
+    assert sorted(keys) == claimed  # every run swept, none twice
+    assert sum(swept) == len(runs)  # and each claimed run really swept
