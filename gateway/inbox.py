@@ -4,7 +4,7 @@ Telegram forgets a polled update once the next getUpdates confirms its offset, a
 twice: a message held only in a worker's memory dies with it. So those adapters hand every fetched batch to
 `Inbox.keep` — one transaction — before the platform may forget it (Telegram: before the offset is confirmed;
 Discord: before the message is queued). A kept row is claimed by the worker process that took it
-(``<worker id>#<per-process suffix>``), which renews the claim while it lives.
+(``<worker id>#<per-process suffix>``), which renews the claim while it still holds the message.
 
 A message is marked handled where the router marks its inbound id handled: for an agent turn inside the turn's
 own transaction, together with the answer's ledger row (`gateway.turns.TurnAnswer`); otherwise once the answer
@@ -112,6 +112,11 @@ class Inbox:
         """``inbound`` was marked handled with its turn."""
         self._kept.discard(inbound_key(inbound))
 
+    def release(self, inbound: Inbound) -> None:
+        """This worker no longer holds ``inbound`` unhandled (its handling stopped short): its claim is not
+        renewed any more, so recovery hands it on once it is stale."""
+        self._kept.discard(inbound_key(inbound))
+
     async def handled(self, inbound: Inbound) -> bool:
         """Whether the store records ``inbound`` as handled (its turn stored by a worker that died before the
         de-dup claim)."""
@@ -123,20 +128,19 @@ class Inbox:
         key = inbound_key(inbound)
         if key not in self._kept:
             return
+        self._kept.discard(key)
         try:
             await self.store.inbox.mark_handled(self.marker(inbound, self.session_of(inbound)))
         except Exception as exc:
             log.warning("inbox: message %s not marked handled (%s); it will be looked at again",
                         inbound.message_id, type(exc).__name__)
-            return
-        self._kept.discard(key)
 
     async def recover(self, platforms: Sequence[str]) -> list[Inbound]:
         """Renew this worker's claims, prune old handled rows, and take over the messages on ``platforms`` a
         dead worker left unhandled: returned to be handled again."""
         now = self.clock()
         if self._kept:
-            await self.store.inbox.renew(self.claimer, at=now)
+            await self.store.inbox.renew(self.claimer, sorted(self._kept), at=now)
         await self.store.inbox.prune(now - self.keep_handled)
         rows = await self.store.inbox.claim_stale(now - self.stale_after, self.claimer, platforms=platforms, at=now)
         taken: list[Inbound] = []

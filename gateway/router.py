@@ -162,10 +162,10 @@ class Router:
         short (shutdown, storage down): then the inbox's recovery hands it on again."""
         try:
             await self._route(inbound, adapter)
-        except (asyncio.CancelledError, QueueClosed):
-            raise
         except Exception as exc:
-            if not is_storage_outage(exc):
+            if isinstance(exc, QueueClosed) or is_storage_outage(exc):
+                self.inbox.release(inbound)
+            else:
                 await self.inbox.settle(inbound)  # a failure of ours would only fail again
             raise
         await self.inbox.settle(inbound)

@@ -28,6 +28,9 @@ from gateway.store.records import Handled, InboxEntry, InboxRecord
 
 __all__ = ["InboxRepository", "settle"]
 
+# Bound parameters per statement stay far below every driver's limit.
+_KEYS_PER_STATEMENT = 500
+
 
 def _record(row: Any) -> InboxRecord:
     return InboxRecord(id=row.id, key=row.key, platform=row.platform, session_key=row.session_key,
@@ -79,11 +82,21 @@ class InboxRepository:
         """Mark a message handled in a transaction of its own."""
         await run_write(self._engine, lambda conn: settle(conn, handled, utcnow()))
 
-    async def renew(self, claimed_by: str, at: datetime | None = None) -> int:
-        """``claimed_by`` is alive: its unhandled rows are claimed as of ``at``; how many."""
-        query = update(InboxRow).where(InboxRow.claimed_by == claimed_by, InboxRow.handled_at.is_(None)) \
-            .values(claimed_at=at or utcnow())
-        return await run_write(self._engine, lambda conn: int(conn.execute(query).rowcount or 0))
+    async def renew(self, claimed_by: str, keys: Sequence[str], at: datetime | None = None) -> int:
+        """``claimed_by`` still holds the messages ``keys``: those of them unhandled and claimed by it are
+        claimed as of ``at``; how many."""
+        at = at or utcnow()
+        keys = list(keys)
+
+        def transaction(conn: Connection) -> int:
+            renewed = 0
+            for start in range(0, len(keys), _KEYS_PER_STATEMENT):
+                renewed += int(conn.execute(update(InboxRow).where(
+                    InboxRow.claimed_by == claimed_by, InboxRow.handled_at.is_(None),
+                    InboxRow.key.in_(keys[start:start + _KEYS_PER_STATEMENT])).values(claimed_at=at)).rowcount or 0)
+            return renewed
+
+        return await run_write(self._engine, transaction)
 
     async def claim_stale(self, older_than: datetime, claimed_by: str, *, platforms: Sequence[str],
                           limit: int = 100, at: datetime | None = None) -> list[InboxRecord]:

@@ -42,7 +42,7 @@ async def test_only_rows_of_a_worker_that_stopped_renewing_are_claimed_once(stor
     await store.inbox.keep([_entry(4, start, platform="discord")], "dead#1", at=start)
     await store.inbox.mark_handled(_handled(2))
     now = datetime.now(UTC)
-    assert await store.inbox.renew("alive#1", at=now) == 1
+    assert await store.inbox.renew("alive#1", ["inbound:telegram:5:3", "inbound:telegram:5:1"], at=now) == 1
     claimed = await store.inbox.claim_stale(now - timedelta(seconds=30), "w2#x", platforms=("telegram",), at=now)
     assert [r.key for r in claimed] == ["inbound:telegram:5:1"]  # not handled 2, alive 3, or discord 4
     assert claimed[0].claimed_by == "w2#x" and claimed[0].payload == '{"n": 1}'
