@@ -100,10 +100,12 @@ _ERROR_RE = re.compile(
 _CUES = ("must", "never", "always", "don't", "do not", "dont", "prefer", "only", "avoid", "make sure", "shall",
          "should", "必须", "务必", "一定", "不", "禁止", "请勿", "千万", "永远", "始终", "只", "别", "优先", "喜欢",
          "偏好", "宁可", "一律")
+_CUE_RE = re.compile("|".join(map(re.escape, _CUES)))  # one scan of the lower-cased text
 _MAX_ERROR_LINES = 400
 _ISSUE_WORDS = ("PR", "pull request", "issue", "Issue", "ticket", "Ticket", "bug", "Bug", "MR")
 _ERROR_WORDS = ("Error", "Exception", "error", "ERROR", "FAIL", "fatal", "FATAL", "panic", "ERR!", "E:",
                 "Exit", "Interrupt", "Failure", "Fault", "fault", "not found", "No such file", "Permission denied")
+_ERROR_WORD_RE = re.compile("|".join(map(re.escape, _ERROR_WORDS)))
 
 # --- constraints ---------------------------------------------------------------------------------------
 
@@ -219,6 +221,8 @@ def _paths(text: str) -> Iterator[str]:
 def _errors(text: str) -> Iterator[str]:
     """Error lines in text order; only lines holding an error word are tried (``str.find`` is fast, a
     line-by-line regex over a long log is not)."""
+    if _ERROR_WORD_RE.search(text) is None:  # most messages: one scan instead of one per word
+        return
     starts: dict[int, str] = {}
     for word in _ERROR_WORDS:
         at = text.find(word)
@@ -236,7 +240,7 @@ def _errors(text: str) -> Iterator[str]:
 def _text_facts(text: str, user: bool, values: bool) -> Iterator[tuple[str, str]]:
     text = _scanned(text)
     lowered = text.lower() if user else ""
-    if user and any(cue in lowered for cue in _CUES):
+    if user and _CUE_RE.search(lowered):
         yield from (("constraint", s) for s in extract_constraints(text))
     yield from (("error", e) for e in _errors(text))
     if not values:
