@@ -43,6 +43,8 @@ def loads_bounded(text: str | bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
         value = json.loads(text)
     except RecursionError:
         raise TooDeep(f"JSON nested too deeply (limit {max_depth} levels)") from None
-    if json_depth(value) > max_depth:
+    # Each level opens a bracket, so text with few brackets (nearly all of it) cannot nest too deep.
+    opened = text.count("[") + text.count("{") if isinstance(text, str) else text.count(b"[") + text.count(b"{")
+    if opened > max_depth and json_depth(value) > max_depth:
         raise TooDeep(f"JSON nested deeper than {max_depth} levels")
     return value

@@ -236,8 +236,14 @@ def _report(rows: list[Row], sizes: Sequence[int]) -> bool:
             if row is not None and row.ratio is not None:
                 ok &= row.ratio >= target
                 print(f"  {case:<26}{row.ratio:>6.2f}×  ≥ {target:.0f}×  {'met' if row.ratio >= target else 'NOT met'}")
-        differing = [f"{r.case}/{r.path}/{r.mode}" for r in rows if r.same is False]
-        print(f"\noutputs identical to the baseline: {'all cases' if not differing else 'except ' + ', '.join(differing)}")
+        differing = [r for r in rows if r.same is False]
+        if not differing:
+            print("\noutputs identical to the baseline: all cases")
+        elif len(differing) == len(rows):
+            print(f"\noutputs identical to the baseline: none of {len(rows)} (the revisions summarize differently)")
+        else:
+            names = ", ".join(f"{r.case}/{r.path}/{r.mode}" for r in differing)
+            print(f"\noutputs identical to the baseline: all but {len(differing)} of {len(rows)}: {names}")
     return ok
 
 

@@ -9,8 +9,9 @@ session load, agent turn against the fake LLM, persist, delivery ledger, sendMes
 
 Every run is verified: each message answered exactly once, answers and stored user messages of each session
 in sending order (`bench.cluster.check_exactly_once`). Printed per run: messages/s, the ratio to one worker,
-per-message p50 / p99, and CPU seconds per message of the workers and of this driver (the fakes and the load
-balancer), which says where the time goes on a small machine.
+per-message p50 / p99, CPU seconds per message of the workers, of this driver (the fakes and the load
+balancer) and of everything else the machine ran meanwhile (PostgreSQL, Redis, other work), and how busy the
+machine's cores were: which says where the time goes, and whether more workers could have had more CPU.
 
     python -m bench.scale [--postgres URL] [--redis URL] [--workers 1,2,3] [--sessions 24] [--messages 10]
 
@@ -52,6 +53,7 @@ class Run:
     latencies_ms: list[float]
     worker_cpu_s: float
     driver_cpu_s: float
+    machine_cpu_s: float
     problems: list[str]
 
     @property
@@ -67,6 +69,12 @@ def _cpu_seconds(pid: int) -> float:
     """User + system CPU of a process so far (Linux /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def _machine_cpu_seconds() -> float:
+    """CPU time every core of the machine spent busy so far (Linux /proc/stat: all but idle and iowait)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / _TICKS
 
 
 def _instant(body: dict[str, Any]) -> Reply:
@@ -114,26 +122,33 @@ async def _load(cluster: Cluster, url: str, telegram: FakeTelegram, sessions: in
     pids = [w.process.pid for w in cluster.workers if w.process is not None]
     cpu_before = sum(_cpu_seconds(p) for p in pids)
     driver_before = time.process_time()
+    machine_before = _machine_cpu_seconds()
     began = time.perf_counter()
     await asyncio.gather(*(conversation(cluster.new_chat(), s) for s in range(sessions)))
     seconds = time.perf_counter() - began
     worker_cpu = sum(_cpu_seconds(p) for p in pids) - cpu_before
     driver_cpu = time.process_time() - driver_before
+    machine_cpu = _machine_cpu_seconds() - machine_before
     problems = await check_exactly_once(sent, telegram.sent_messages, url)
-    return Run(cluster.size, len(sent), seconds, latencies, worker_cpu, driver_cpu, problems)
+    return Run(cluster.size, len(sent), seconds, latencies, worker_cpu, driver_cpu, machine_cpu, problems)
 
 
 def _print(runs: list[Run]) -> None:
     one = runs[0].rate if runs and runs[0].workers == 1 else None
     print(f"{'workers':>7} {'messages':>8} {'seconds':>8} {'msg/s':>7} {'ratio':>6} {'p50 ms':>7} {'p99 ms':>7} "
-          f"{'worker CPU ms/msg':>17} {'driver CPU ms/msg':>17}  verified")
+          f"{'CPU ms/msg: workers':>19} {'driver':>6} {'rest':>5} {'cores busy':>10}  verified")
     for run in runs:
         ratio = f"{run.rate / one:.2f}x" if one else "-"
         verdict = "ok: order kept, none lost or doubled" if not run.problems else f"{len(run.problems)} PROBLEMS"
+        rest = max(0.0, run.machine_cpu_s - run.worker_cpu_s - run.driver_cpu_s)
+        busy = f"{run.machine_cpu_s / run.seconds:.2f} of {os.cpu_count()}"
+
+        def per_message(cpu_s: float, run: Run = run) -> float:
+            return cpu_s / run.messages * 1000
         print(f"{run.workers:>7} {run.messages:>8} {run.seconds:>8.2f} {run.rate:>7.1f} {ratio:>6} "
               f"{run.percentile(0.50):>7.1f} {run.percentile(0.99):>7.1f} "
-              f"{run.worker_cpu_s / run.messages * 1000:>17.1f} {run.driver_cpu_s / run.messages * 1000:>17.1f}  "
-              f"{verdict}")
+              f"{per_message(run.worker_cpu_s):>19.1f} {per_message(run.driver_cpu_s):>6.1f} "
+              f"{per_message(rest):>5.1f} {busy:>10}  {verdict}")
         for problem in run.problems[:10]:
             print(f"        {problem}")
     two = next((r for r in runs if r.workers == 2), None)

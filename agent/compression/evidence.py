@@ -58,10 +58,14 @@ _PATH_RE = re.compile(
     re.I,
 )
 _TOKEN_EDGES = "'\"`()<>[]{},;:|=*!?"
+# A pattern opening with a lookbehind or ``\b`` is tried at every position of the text; a leading lookahead
+# of the characters a match can start with lets the regex engine skip the others in C (2× faster overall).
 _HEX_RE = re.compile(r"\b[0-9a-f]{7,40}\b")  # with a digit and a letter (checked after: lookaheads are slow)
+# Only text holding this can hold a UUID; it opens with a literal, so the check is a fast C scan.
+_UUID_HINT_RE = re.compile(r"-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-")
 _UUID_RE = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I)
-_ISSUE_RE = re.compile(r"(?i)(?:\b(?:PR|pull request|issue|ticket|bug|MR)\s*#?\s*\d{1,7}\b|(?<![\w&#])#\d{2,7}\b)")
-_VERSION_RE = re.compile(r"(?<![\w.])v?\d+\.\d+(?:\.\d+)+(?:[-+][\w.]+)?\b|\bv\d+\.\d+\b")
+_ISSUE_RE = re.compile(r"(?i)(?=[pitbm#])(?:\b(?:PR|pull request|issue|ticket|bug|MR)\s*#?\s*\d{1,7}\b|(?<![\w&#])#\d{2,7}\b)")
+_VERSION_RE = re.compile(r"(?=[v\d])(?:(?<![\w.])v?\d+\.\d+(?:\.\d+)+(?:[-+][\w.]+)?\b|\bv\d+\.\d+\b)")
 # Codes such as booking references (ZFA04Y), tickets (OPS-1234), user ids (mia_li_3668).
 _CODE_RE = re.compile(
     r"\b(?:[A-Z0-9]{5,12}"
@@ -77,7 +81,7 @@ _UNITS = (
     r"秒|毫秒|分钟|小时|天|周|个月|年|元|块|美元|欧元|个|次|行|条|人|台|核|倍"
 )
 _NUMBER_RE = re.compile(
-    rf"(?:[$€£¥]\s?\d[\d,]*(?:\.\d+)?\b"
+    rf"(?=[$€£¥\d])(?:[$€£¥]\s?\d[\d,]*(?:\.\d+)?\b"
     rf"|(?<![\w.])\d[\d,]*(?:\.\d+)?\s?(?:{_UNITS})(?![A-Za-z]))"
 )
 # Test-runner progress ("[ 30%]") is not a measurement.
@@ -96,10 +100,12 @@ _ERROR_RE = re.compile(
 _CUES = ("must", "never", "always", "don't", "do not", "dont", "prefer", "only", "avoid", "make sure", "shall",
          "should", "必须", "务必", "一定", "不", "禁止", "请勿", "千万", "永远", "始终", "只", "别", "优先", "喜欢",
          "偏好", "宁可", "一律")
+_CUE_RE = re.compile("|".join(map(re.escape, _CUES)))  # one scan of the lower-cased text
 _MAX_ERROR_LINES = 400
 _ISSUE_WORDS = ("PR", "pull request", "issue", "Issue", "ticket", "Ticket", "bug", "Bug", "MR")
 _ERROR_WORDS = ("Error", "Exception", "error", "ERROR", "FAIL", "fatal", "FATAL", "panic", "ERR!", "E:",
                 "Exit", "Interrupt", "Failure", "Fault", "fault", "not found", "No such file", "Permission denied")
+_ERROR_WORD_RE = re.compile("|".join(map(re.escape, _ERROR_WORDS)))
 
 # --- constraints ---------------------------------------------------------------------------------------
 
@@ -180,11 +186,13 @@ def extract_constraints(text: str) -> list[str]:
 
 def _mixed(token: str) -> bool:
     """Letters and digits both (a hash or a code, not a word or a plain number)."""
+    if token.isascii() and token.isalnum():  # the common case, decided by C-level scans
+        return not token.isdigit() and not token.isalpha()
     return any(c.isdigit() for c in token) and any(c.isalpha() for c in token)
 
 
 def _ids(text: str) -> Iterator[str]:
-    if "-" in text:
+    if _UUID_HINT_RE.search(text):
         yield from _UUID_RE.findall(text)
     yield from (h for h in _HEX_RE.findall(text) if _mixed(h))
     if "#" in text or any(word in text for word in _ISSUE_WORDS):
@@ -213,6 +221,8 @@ def _paths(text: str) -> Iterator[str]:
 def _errors(text: str) -> Iterator[str]:
     """Error lines in text order; only lines holding an error word are tried (``str.find`` is fast, a
     line-by-line regex over a long log is not)."""
+    if _ERROR_WORD_RE.search(text) is None:  # most messages: one scan instead of one per word
+        return
     starts: dict[int, str] = {}
     for word in _ERROR_WORDS:
         at = text.find(word)
@@ -230,7 +240,7 @@ def _errors(text: str) -> Iterator[str]:
 def _text_facts(text: str, user: bool, values: bool) -> Iterator[tuple[str, str]]:
     text = _scanned(text)
     lowered = text.lower() if user else ""
-    if user and any(cue in lowered for cue in _CUES):
+    if user and _CUE_RE.search(lowered):
         yield from (("constraint", s) for s in extract_constraints(text))
     yield from (("error", e) for e in _errors(text))
     if not values:
@@ -268,11 +278,12 @@ def _call_facts(call: Mapping[str, Any], result: str | None) -> Iterator[tuple[s
 
 
 def facts_of_message(message: Message, seq: int, results: Mapping[str, str] | None = None, *,
-                     values: bool = True) -> list[Fact]:
+                     values: bool = True, redacted: dict[str, str] | None = None) -> list[Fact]:
     """The facts of one message, ``seq`` being its number; ``results`` maps tool-call ids to their result
     text (for the exit status of a command). ``values=False`` skips the costly scan of the text for paths,
-    URLs, ids and numbers (rules, errors and the calls' commands and paths are still taken). A handoff
-    summary or a system prompt gives none."""
+    URLs, ids and numbers (rules, errors and the calls' commands and paths are still taken). ``redacted``
+    remembers redactions across calls (a path or an id recurs in many messages). A handoff summary or a
+    system prompt gives none."""
     role = message.get("role")
     text = content_text(message)
     if role == "system" or is_summary_text(text):
@@ -284,8 +295,12 @@ def facts_of_message(message: Message, seq: int, results: Mapping[str, str] | No
     counts: dict[str, int] = {}
     seen: set[tuple[str, str]] = set()
     facts: list[Fact] = []
+    memo = {} if redacted is None else redacted
     for kind, raw in pairs:
-        clean = _clip(redact_secrets(raw), kind)
+        clean = memo.get(raw)
+        if clean is None:
+            clean = memo[raw] = redact_secrets(raw)
+        clean = _clip(clean, kind)
         if not clean or (kind, clean) in seen or counts.get(kind, 0) >= _PER_MESSAGE[kind]:
             continue
         seen.add((kind, clean))
@@ -305,11 +320,12 @@ def extract_facts(messages: Sequence[Message], number: Callable[[int], int], *,
     """
     results = {str(m.get("tool_call_id")): content_text(m) for m in messages if m.get("role") == "tool"}
     newest: dict[tuple[str, str], Fact] = {}
+    redacted: dict[str, str] = {}
     scanned = 0
     for i in range(len(messages) - 1, -1, -1):
         values = scan_chars is None or scanned < scan_chars
         if values and scan_chars is not None:
             scanned += min(len(content_text(messages[i])), _SCAN_HEAD + _SCAN_TAIL)
-        for fact in facts_of_message(messages[i], number(i), results, values=values):
+        for fact in facts_of_message(messages[i], number(i), results, values=values, redacted=redacted):
             newest.setdefault((fact.kind, fact.text), fact)
     return sorted(newest.values(), key=lambda f: f.seq)

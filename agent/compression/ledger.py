@@ -114,12 +114,19 @@ def select_facts(facts: Sequence[Fact], cap_tokens: int, cost: Callable[[str], i
     by_kind: dict[str, list[tuple[int, Fact]]] = {kind: [] for kind in FACT_KINDS}
     for index, fact in enumerate(facts):
         by_kind[fact.kind].append((index, fact))
+    prices: dict[int, int] = {}
+
+    def price_of(index: int, fact: Fact) -> int:
+        if index not in prices:
+            prices[index] = cost(ledger_line(fact)) + 1
+        return prices[index]
+
     chosen: set[int] = set()
     used = 0
     for kind in FACT_KINDS:
         quota, spent = int(cap_tokens * _QUOTA[kind]), 0
         for index, fact in reversed(by_kind[kind]):
-            price = cost(ledger_line(fact)) + 1
+            price = price_of(index, fact)
             if spent + price > quota:
                 break
             chosen.add(index)
@@ -130,7 +137,7 @@ def select_facts(facts: Sequence[Fact], cap_tokens: int, cost: Callable[[str], i
         for index, fact in reversed(by_kind[kind]):
             if index in chosen:
                 continue
-            price = cost(ledger_line(fact)) + 1
+            price = price_of(index, fact)
             if used + price > cap_tokens:
                 continue
             chosen.add(index)

@@ -49,3 +49,15 @@ def test_loads_bounded_limits_depth_without_recursing() -> None:
             loads_bounded(deep)
     with pytest.raises(ValueError):
         loads_bounded("not json")
+
+
+def test_loads_bounded_counts_brackets_only_as_a_shortcut() -> None:
+    # Just past the limit is refused, exactly at it accepted (the bracket count decides nothing alone).
+    limit = 64
+    with pytest.raises(TooDeep):
+        loads_bounded("[" * (limit + 1) + "]" * (limit + 1), max_depth=limit)
+    assert json_depth(loads_bounded("[" * limit + "]" * limit, max_depth=limit)) == limit
+    # Many brackets inside strings or side by side are not depth: shallow JSON parses.
+    wide = "[" + ",".join(["[]"] * 500) + "]"
+    assert len(loads_bounded(wide, max_depth=limit)) == 500
+    assert loads_bounded(b'{"text": "' + b"[{" * 300 + b'"}', max_depth=limit) == {"text": "[{" * 300}

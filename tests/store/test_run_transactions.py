@@ -56,3 +56,19 @@ async def test_sqlite_runs_each_transaction_in_a_worker_thread_that_closing_stop
     await opened.aclose()
     assert not ran_in.is_alive()
     assert opened.engine not in database._twins
+
+
+async def test_a_postgresql_read_is_one_read_only_snapshot_and_leaves_the_connection_as_it_was(
+        store: Store, store_url: str) -> None:
+    if not store_url.startswith("postgresql"):
+        pytest.skip("isolation levels are PostgreSQL's")
+
+    def settings(conn: Connection) -> tuple[str, str]:
+        return (conn.exec_driver_sql("SHOW transaction_isolation").scalar_one(),
+                conn.exec_driver_sql("SHOW transaction_read_only").scalar_one())
+
+    assert await run_read(store.engine, settings) == ("repeatable read", "on")
+    with pytest.raises(Exception, match="read-only transaction"):
+        await run_read(store.engine, lambda conn: conn.execute(update(SessionRow).values(title="x")))
+    # The same pooled connection writes again afterwards, at the default level.
+    assert await run_write(store.engine, settings) == ("read committed", "off")
