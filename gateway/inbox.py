@@ -108,13 +108,9 @@ class Inbox:
         """What marks ``inbound`` handled inside the transaction that stores its turn."""
         return Handled(inbound_key(inbound), inbound.platform, str(key), answers)
 
-    def settled(self, inbound: Inbound) -> None:
-        """``inbound`` was marked handled with its turn."""
-        self._kept.discard(inbound_key(inbound))
-
     def release(self, inbound: Inbound) -> None:
-        """This worker no longer holds ``inbound`` unhandled (its handling stopped short): its claim is not
-        renewed any more, so recovery hands it on once it is stale."""
+        """This worker no longer holds ``inbound`` unhandled — marked handled with its turn, or its handling
+        stopped short: its claim is not renewed any more (recovery hands it on once stale, if unhandled)."""
         self._kept.discard(inbound_key(inbound))
 
     async def handled(self, inbound: Inbound) -> bool:

@@ -423,7 +423,7 @@ class Router:
                 failed = result.stop_reason is StopReason.ERROR
             finally:
                 self.metrics.record_turn(time.perf_counter() - started, failed=failed)
-        self.inbox.settled(inbound)
+        self.inbox.release(inbound)  # marked handled with the turn
         await self.limiter.record(inbound, sum(u.prompt_tokens + u.completion_tokens for u in result.usage))
         if answer.out is None:
             return []
