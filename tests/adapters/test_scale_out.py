@@ -16,13 +16,18 @@ from adapters.base import Inbound
 from adapters.discord_adapter import DiscordAdapter, DiscordSettings, _client
 from adapters.telegram_adapter import TelegramAdapter, TelegramSettings
 from gateway.config import ConfigError, load_settings
-from tests.fakes.discord_server import BOT_ID, CHANNEL_ID, DM_CHANNEL_ID, GUILD_ID, FakeDiscord, shard_of
+from tests.fakes.discord_server import (
+    BOT_ID,
+    CHANNEL_ID,
+    DM_CHANNEL_ID,
+    GUILD_ID,
+    OTHER_CHANNEL_ID,
+    OTHER_GUILD_ID,
+    FakeDiscord,
+    shard_of,
+)
 from tests.fakes.inbox import Inbox
 from tests.fakes.telegram_server import FakeTelegram
-
-# A second guild whose id puts it on shard 1 of 2 (the default guild is on shard 0).
-OTHER_GUILD_ID = (1 << 22) | 2001
-OTHER_CHANNEL_ID = 3001
 
 
 async def test_a_discord_worker_identifies_as_its_shard(fake_discord: FakeDiscord,

@@ -12,15 +12,17 @@ dispatches INTERACTION_CREATE (:meth:`FakeDiscord.inject_interaction`) and recor
 the edit of the original response and followups (``interaction_replies``). Like real Discord it blanks guild message content when IDENTIFY lacks the
 message-content intent (unless the bot is mentioned) and refuses messages over 2,000 characters.
 Use :meth:`FakeDiscord.patch_client_urls` (or the ``fake_discord`` fixture, which does it) so discord.py
-connects here.
+connects here; a ``concord run`` process started with :meth:`FakeDiscord.process_env` does the same.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import discord
@@ -36,8 +38,14 @@ BOT_ROLE_ID = 2200  # the role Discord creates for the bot (managed, tagged with
 CHANNEL_ID = 3000
 THREAD_ID = 3100
 DM_CHANNEL_ID = 4000
+# For a second guild (FakeDiscord.add_guild): its id puts it on shard 1 of 2, where GUILD_ID is on shard 0.
+OTHER_GUILD_ID = (1 << 22) | 2001
+OTHER_CHANNEL_ID = 3001
 MESSAGE_CONTENT_INTENT = 1 << 15
 TEXT_LIMIT = 2000
+REPO = Path(__file__).resolve().parents[2]
+# Holds the sitecustomize that points a worker process's discord.py at this fake (see process_env).
+REDIRECT_DIR = Path(__file__).resolve().with_name("discord_redirect")
 
 
 @dataclass
@@ -207,6 +215,12 @@ class FakeDiscord:
         """Point discord.py's process-wide REST base and gateway URL at this fake (per test)."""
         monkeypatch.setattr(discord.http.Route, "BASE", f"http://127.0.0.1:{self.port}/api/v10")
         monkeypatch.setattr(discord.gateway.DiscordWebSocket, "DEFAULT_GATEWAY", yarl.URL(f"ws://127.0.0.1:{self.port}/"))
+
+    def process_env(self) -> dict[str, str]:
+        """Environment for a ``concord run`` process of this checkout to use this fake: the bot token, and
+        ``discord_redirect/sitecustomize.py`` on PYTHONPATH, which points discord.py here at start-up."""
+        return {"CONCORD_DISCORD__TOKEN": self.token, "FAKE_DISCORD_URL": f"http://127.0.0.1:{self.port}",
+                "PYTHONPATH": os.pathsep.join([str(REDIRECT_DIR), str(REPO)])}
 
     # -- scripting -------------------------------------------------------------------------------
     def add_guild(self, guild_id: int, channel_id: int, name: str = "Another guild") -> FakeGuild:
