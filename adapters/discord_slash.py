@@ -1,4 +1,5 @@
-"""Native Discord slash commands (opt-in with ``discord.slash_commands``): /compress [focus], /new, /status, /stats, /help.
+"""Native Discord slash commands (opt-in with ``discord.slash_commands``): every command the gateway knows,
+with its one text option where it takes one (/compress [focus], /pin text, /unpin number, /approve code, …).
 
 The commands live on a discord.py ``CommandTree`` and are synced globally at login (``PUT
 /applications/{id}/commands``; Discord may take a while to show new global commands). An invocation is
@@ -22,14 +23,39 @@ from dataclasses import dataclass
 import discord
 from discord import app_commands
 
-__all__ = ["SLASH_COMMANDS", "TOKEN_LIFETIME_S", "PendingInteraction", "PendingInteractions", "build_tree"]
+__all__ = ["SLASH_COMMANDS", "TOKEN_LIFETIME_S", "PendingInteraction", "PendingInteractions", "SlashCommand",
+           "build_tree"]
 
-SLASH_COMMANDS: dict[str, str] = {
-    "compress": "Compress this conversation now (admins only)",
-    "new": "Start a fresh session; the old one stays searchable",
-    "status": "Context usage, thresholds and compression history",
-    "stats": "Gateway-wide counters since start (admins only)",
-    "help": "List the commands",
+@dataclass(frozen=True)
+class SlashCommand:
+    """A slash command: what the menu says, and its one text option (None: it takes none)."""
+
+    description: str
+    option: str | None = None
+    option_description: str = ""
+    required: bool = False
+
+
+SLASH_COMMANDS: dict[str, SlashCommand] = {
+    "compress": SlashCommand("Compress this conversation now (admins only)", "focus",
+                             "A topic to keep in detail in the summary"),
+    # /new --unpin stays a typed command: a text option for a flag would read oddly in the menu.
+    "new": SlashCommand("Start a fresh session; the old one stays searchable (pins stay)"),
+    "status": SlashCommand("Context usage, thresholds and compression history"),
+    "stop": SlashCommand("Stop the answer being written (yours; admins can stop any)"),
+    "usage": SlashCommand("Your token use today and the limits that apply to you"),
+    "pin": SlashCommand("Keep a rule word for word in every request of this chat", "text", "The rule",
+                        required=True),
+    "pins": SlashCommand("The pinned rules"),
+    "unpin": SlashCommand("Remove a pinned rule", "number", "Its number in /pins", required=True),
+    "persona": SlashCommand("Show or set who the bot is in this chat (admins only)", "text",
+                            "Who the bot is here, or reset"),
+    "approve": SlashCommand("Let the sender of a DM pairing code use the bot (admins only)", "code",
+                            "The pairing code", required=True),
+    "remember": SlashCommand("Save a fact to the bot-wide memory (operators only)", "fact", "The fact",
+                             required=True),
+    "stats": SlashCommand("Gateway-wide counters since start (admins only)"),
+    "help": SlashCommand("List the commands"),
 }
 # Discord's interaction tokens are valid for 15 minutes; stop using one a little before that.
 TOKEN_LIFETIME_S = 15 * 60 - 30
@@ -41,23 +67,32 @@ SlashHandler = Callable[[discord.Interaction, str, str], Awaitable[None]]
 def build_tree(client: discord.Client, on_command: SlashHandler) -> app_commands.CommandTree:
     """A command tree on ``client`` whose commands all hand their invocation to ``on_command``."""
     tree = app_commands.CommandTree(client)
-
-    @tree.command(name="compress", description=SLASH_COMMANDS["compress"])
-    @app_commands.describe(focus="A topic to keep in detail in the summary")
-    async def compress(interaction: discord.Interaction, focus: str | None = None) -> None:
-        await on_command(interaction, "compress", (focus or "").strip())
-
-    for name in ("new", "status", "stats", "help"):
-        tree.add_command(app_commands.Command(name=name, description=SLASH_COMMANDS[name],
-                                              callback=_without_options(name, on_command)))
+    for name, command in SLASH_COMMANDS.items():
+        tree.add_command(app_commands.Command(name=name, description=command.description,
+                                              callback=_callback(name, command, on_command)))
     return tree
 
 
-def _without_options(name: str, on_command: SlashHandler) -> Callable[[discord.Interaction], Awaitable[None]]:
-    async def invoke(interaction: discord.Interaction) -> None:
-        await on_command(interaction, name, "")
+def _callback(name: str, command: SlashCommand,
+              on_command: SlashHandler) -> Callable[..., Awaitable[None]]:
+    """The invocation handler; discord.py reads the option from its signature, so the three shapes differ."""
+    if command.option is None:
+        async def plain(interaction: discord.Interaction) -> None:
+            await on_command(interaction, name, "")
 
-    return invoke
+        return plain
+    if command.required:
+        async def required(interaction: discord.Interaction, value: str) -> None:
+            await on_command(interaction, name, value.strip())
+
+        handler: Callable[..., Awaitable[None]] = required
+    else:
+        async def optional(interaction: discord.Interaction, value: str | None = None) -> None:
+            await on_command(interaction, name, (value or "").strip())
+
+        handler = optional
+    described = app_commands.describe(value=command.option_description)(handler)
+    return app_commands.rename(value=command.option)(described)
 
 
 @dataclass

@@ -16,6 +16,8 @@ from typing import Any
 
 from aiohttp import web
 
+from adapters.listen import bind
+
 __all__ = ["WebhookServer"]
 
 log = logging.getLogger(__name__)
@@ -42,15 +44,7 @@ class WebhookServer:
         """Bind and serve."""
         app = web.Application(client_max_size=MAX_BODY)
         app.router.add_post(self.path, self._post)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, self.listen, self.port)
-        try:
-            await site.start()
-        except OSError as exc:
-            await runner.cleanup()
-            raise OSError(f"telegram webhook on {self.listen}:{self.port}: {exc.strerror or exc}") from None
-        self._runner = runner
+        self._runner = await bind(app, self.listen, self.port, "telegram webhook")
 
     async def aclose(self) -> None:
         """Stop serving; requests in flight finish first (their turns answer). Idempotent."""

@@ -40,7 +40,7 @@ from agent.llm.base import Completion, Provider, Usage
 from agent.llm.errors import LLMError
 from agent.llm.images import ashrink_images_in_messages
 from agent.memory import MemoryProvider
-from agent.recovery import Action, budget_spent_text, plan_recovery, still_too_large_text
+from agent.recovery import Action, budget_spent_text, no_output_room_text, plan_recovery, still_too_large_text
 from agent.storable import storable, storable_text
 from agent.tokens import TokenCounter, TokenLedger, estimate_request_tokens_rough, get_counter
 from agent.tools.registry import ToolOutcome, ToolRegistry
@@ -353,11 +353,13 @@ class AgentLoop:
                             if turn.compressions_used > 1 else
                             "⚠️ The conversation is too large for the model and nothing more can be compressed. "
                             "Use /new to start a fresh session.")
-        elif plan.budget_spent:
-            self._failed_recoveries += 1
+        elif plan.budget_spent or plan.no_output_room:
             framed = [{"role": "system", "content": self.system_prompt}, *turn.messages]
-            raise _Stop(budget_spent_text(turn.compressions_used,
-                                          can_compress=self.engine.has_content_to_compress(framed)))
+            can_compress = self.engine.has_content_to_compress(framed)
+            if plan.no_output_room:
+                raise _Stop(no_output_room_text(can_compress=can_compress))
+            self._failed_recoveries += 1
+            raise _Stop(budget_spent_text(turn.compressions_used, can_compress=can_compress))
         else:
             raise _Stop(plan.text)
 

@@ -42,16 +42,28 @@ class Recovery:
     context_length: int | None = None
     max_tokens: int | None = None
     text: str = ""
-    # STOP because the turn's compression budget is spent (the loop words the advice: /compress or not).
+    # STOP because the turn's compression budget is spent, or because the prompt leaves no room for an answer
+    # (the loop words the advice: /compress only when it has something to compress).
     budget_spent: bool = False
+    no_output_room: bool = False
 
 
 def budget_spent_text(attempts: int, *, can_compress: bool = True) -> str:
     """What the user reads when the per-turn compression budget is used up; /compress is suggested only
     when it has something to do."""
-    advice = ("Run /compress to compact it, or /new to start a fresh session." if can_compress else
-              "Use /new to start a fresh session; the history stays stored and searchable.")
-    return f"⚠️ The conversation is still too large for the model after {attempts} compression attempts. {advice}"
+    return (f"⚠️ The conversation is still too large for the model after {attempts} compression attempts. "
+            f"{_advice(can_compress)}")
+
+
+def no_output_room_text(*, can_compress: bool = True) -> str:
+    """What the user reads when the prompt leaves the model no room to answer; /compress is suggested only
+    when it has something to do."""
+    return f"⚠️ The conversation leaves the model no room to answer. {_advice(can_compress)}"
+
+
+def _advice(can_compress: bool) -> str:
+    return ("Run /compress to compact it, or /new to start a fresh session." if can_compress else
+            "Use /new to start a fresh session; the history stays stored and searchable.")
 
 
 def still_too_large_text() -> str:
@@ -109,6 +121,5 @@ def _shrink_output(error: ContextOverflow, max_tokens: int | None, shrinks_left:
     if available is None and max_tokens:
         available = max_tokens // 2
     if shrinks_left <= 0 or not available or available <= 0 or (max_tokens is not None and available >= max_tokens):
-        return Recovery(Action.STOP, text=("⚠️ The conversation leaves the model no room to answer. "
-                                           "Run /compress to compact it, or /new to start a fresh session."))
+        return Recovery(Action.STOP, text=no_output_room_text(), no_output_room=True)
     return Recovery(Action.SHRINK_OUTPUT, max_tokens=available)

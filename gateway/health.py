@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from adapters.listen import bind
 from gateway.config import ConfigError
 
 __all__ = ["HealthServer", "ReadinessCheck"]
@@ -52,14 +53,10 @@ class HealthServer:
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, self.listen, self.port)
         try:
-            await site.start()
+            runner = await bind(app, self.listen, self.port, f"metrics.port {self.port}")
         except OSError as exc:
-            await runner.cleanup()
-            raise ConfigError(f"metrics.port {self.port} on {self.listen}: {exc.strerror or exc}") from None
+            raise ConfigError(str(exc)) from None
         self._runner = runner
         self.port = runner.addresses[0][1]
         log.info("metrics and health checks on http://%s:%d (/metrics /healthz /readyz)", self.listen, self.port)

@@ -13,6 +13,7 @@ import pytest
 from adapters.base import ChatRef, Inbound
 from adapters.discord_adapter import DiscordAdapter, DiscordSettings
 from adapters.discord_slash import PendingInteractions
+from gateway.commands import COMMANDS
 from tests.adapters.test_split import _fence_lines_balanced
 from tests.fakes.discord_server import ADMIN_ROLE_ID, CHANNEL_ID, DM_CHANNEL_ID, THREAD_ID, FakeDiscord
 from tests.fakes.inbox import Inbox
@@ -41,10 +42,15 @@ async def test_commands_are_synced_at_login(fake_discord: FakeDiscord, start_sla
     await start_slash(Inbox())
     assert fake_discord.synced_commands is not None
     by_name = {c["name"]: c for c in fake_discord.synced_commands}
-    assert sorted(by_name) == ["compress", "help", "new", "stats", "status"]
+    # Every command the gateway knows is in the menu.
+    assert sorted(by_name) == sorted(COMMANDS)
     [focus] = by_name["compress"]["options"]
     assert (focus["name"], focus["type"], focus.get("required", False)) == ("focus", 3, False)
-    assert all(by_name[name]["options"] == [] for name in ("new", "status", "stats", "help"))
+    assert all(by_name[name]["options"] == [] for name in ("new", "status", "stats", "help", "stop", "usage", "pins"))
+    options = {name: [(o["name"], o.get("required", False)) for o in by_name[name]["options"]]
+               for name in ("pin", "unpin", "approve", "persona", "remember")}
+    assert options == {"pin": [("text", True)], "unpin": [("number", True)], "approve": [("code", True)],
+                       "persona": [("text", False)], "remember": [("fact", True)]}
     assert "PUT /api/v10/applications/1000/commands" in fake_discord.requests
 
 
@@ -86,6 +92,17 @@ async def test_slash_command_becomes_a_command_inbound_answered_through_the_inte
         assert r.allowed_mentions is not None and not {"everyone", "roles"} & set(r.allowed_mentions.get("parse", []))
     # Only the notice, which is no reply to the command, went to the channel.
     assert [(m.channel_id, m.reference_id) for m in fake_discord.sent_messages] == [(CHANNEL_ID, None)]
+
+
+async def test_a_slash_command_with_a_required_option_reaches_the_gateway_as_typed(
+        fake_discord: FakeDiscord, start_slash: StartFn) -> None:
+    inbox = Inbox()
+    await start_slash(inbox)
+    await fake_discord.inject_interaction("pin", {"text": "  always answer in UTC "}, user_id=9, user_name="carol")
+    await fake_discord.inject_interaction("unpin", {"number": "2"}, user_id=9, user_name="carol")
+    pin, unpin = await inbox.wait_for(2)
+    assert (pin.command, pin.command_args, pin.text) == ("pin", "always answer in UTC", "/pin always answer in UTC")
+    assert (unpin.command, unpin.command_args, unpin.text) == ("unpin", "2", "/unpin 2")
 
 
 async def test_thread_and_dm_slash_commands(fake_discord: FakeDiscord, start_slash: StartFn) -> None:

@@ -91,6 +91,15 @@ async def test_output_shrinking_stops_when_the_provider_keeps_refusing(fake_llm:
     assert result.stop_reason is StopReason.ERROR and "no room to answer" in result.error_text
 
 
+@pytest.mark.parametrize(("earlier", "names_compress"), [(0, False), (12, True)])
+async def test_no_room_to_answer_suggests_compress_only_when_it_can_help(
+        fake_llm: FakeLLMServer, earlier: int, names_compress: bool) -> None:
+    fake_llm.fail("context_output", times=2, limit=8_192, prompt=8_100, completion=100)
+    result = await _loop(fake_llm, _engine(), max_tokens=100).run_turn(history(earlier), "q")
+    assert result.stop_reason is StopReason.ERROR and "no room to answer" in result.error_text
+    assert ("/compress" in result.error_text) is names_compress and "/new" in result.error_text
+
+
 async def test_recovery_when_nothing_can_be_compressed(fake_llm: FakeLLMServer) -> None:
     fake_llm.fail("context_overflow", limit=100, prompt=150)
     result = await _loop(fake_llm, _engine()).run_turn([], "a single message")
