@@ -2,7 +2,8 @@
 
 Used by `bench.scale` and the multi-process tests. Each worker is its own process in Telegram webhook mode on
 its own port, with ``/readyz`` on a metrics port; the fake Bot API and the fake LLM run in the calling
-process. `Cluster.deliver` plays Telegram plus a load balancer: it posts an update to the worker it is
+process. Without a fake Telegram the workers take their platform from ``env`` and ``worker_env`` (the
+Discord shard tests: one shard range per worker). `Cluster.deliver` plays Telegram plus a load balancer: it posts an update to the worker it is
 given and, when that worker refuses (503) or is gone (connection refused or reset, as after a SIGKILL),
 to the next one, until one confirms it — which it does only once the update has been handled.
 
@@ -19,7 +20,7 @@ import socket
 import sys
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,24 +61,31 @@ class Worker:
 
 @dataclass
 class Sent:
-    """One user message posted to the cluster: its chat, Telegram message id and text."""
+    """One user message posted to the cluster: its chat, platform message id, the text its session stores, and
+    that session's chat key (`gateway.keys`; a private chat's unless given)."""
 
     chat_id: int
     message_id: int
     text: str
+    chat_key: str = ""
+
+    def __post_init__(self) -> None:
+        self.chat_key = self.chat_key or f"dm:{self.chat_id}"
 
 
 @dataclass
 class Cluster:
-    """``size`` workers; ``start`` / ``aclose``; ``env`` adds or overrides worker settings."""
+    """``size`` workers; ``start`` / ``aclose``; ``env`` adds or overrides worker settings, ``worker_env[i]``
+    those of worker ``i`` alone."""
 
     size: int
     database_url: str
     redis_url: str
-    telegram: Any  # tests.fakes.telegram_server.FakeTelegram
+    telegram: Any  # tests.fakes.telegram_server.FakeTelegram, or None: the platform comes from env
     llm_base_url: str
     workdir: Path
     env: Mapping[str, str] = field(default_factory=dict)
+    worker_env: Sequence[Mapping[str, str]] = ()
     workers: list[Worker] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -91,20 +99,27 @@ class Cluster:
         """A private chat id not used before in this cluster."""
         return next(self._chat_ids)
 
-    def _worker_env(self, worker: Worker) -> dict[str, str]:
-        base = {k: v for k, v in os.environ.items() if not k.startswith("CONCORD_")}
+    def _telegram_env(self, worker: Worker) -> dict[str, str]:
+        if self.telegram is None:
+            return {}
         url = f"http://127.0.0.1:{worker.webhook_port}/{WEBHOOK_PATH}"
         return {
-            **base,
-            "PYTHONPATH": str(REPO),
-            "CONCORD_LLM__BASE_URL": self.llm_base_url, "CONCORD_LLM__MODEL": "fake-model",
-            "CONCORD_LLM__CONTEXT_LENGTH": "200000",
             "CONCORD_TELEGRAM__TOKEN": self.telegram.token, "CONCORD_TELEGRAM__API_BASE_URL": self.telegram.api_root,
             "CONCORD_TELEGRAM__MODE": "webhook", "CONCORD_TELEGRAM__WEBHOOK_URL": url,
             "CONCORD_TELEGRAM__WEBHOOK_LISTEN": "127.0.0.1", "CONCORD_TELEGRAM__WEBHOOK_PORT": str(worker.webhook_port),
             "CONCORD_TELEGRAM__WEBHOOK_SECRET": SECRET, "CONCORD_TELEGRAM__PARSE_MODE": "plain",
             # One sendMessage per answer (no live edits): what the crash tests stall and count.
             "CONCORD_TELEGRAM__STREAMING": "false",
+        }
+
+    def _worker_env(self, worker: Worker) -> dict[str, str]:
+        base = {k: v for k, v in os.environ.items() if not k.startswith("CONCORD_")}
+        return {
+            **base,
+            "PYTHONPATH": str(REPO),
+            "CONCORD_LLM__BASE_URL": self.llm_base_url, "CONCORD_LLM__MODEL": "fake-model",
+            "CONCORD_LLM__CONTEXT_LENGTH": "200000",
+            **self._telegram_env(worker),
             "CONCORD_STORAGE__DATABASE_URL": self.database_url,
             "CONCORD_STORAGE__DATA_DIR": str(self.workdir / f"worker-{worker.index}"),
             "CONCORD_REDIS__URL": self.redis_url, "CONCORD_REDIS__KEY_PREFIX": self.key_prefix,
@@ -113,6 +128,7 @@ class Cluster:
             "CONCORD_METRICS__PORT": str(worker.metrics_port),
             "CONCORD_LOGGING__LEVEL": "INFO",
             **self.env,
+            **(self.worker_env[worker.index] if worker.index < len(self.worker_env) else {}),
         }
 
     async def start(self) -> None:
@@ -202,28 +218,36 @@ class Cluster:
         return total
 
 
-async def check_exactly_once(sent: Sequence[Sent], replies: Sequence[Any], database_url: str) -> list[str]:
+def telegram_reply(reply: Any) -> tuple[int, int | None]:
+    """(chat id, id of the message answered) of a message the fake Telegram received."""
+    return int(reply.chat_id), reply.reply_to_message_id
+
+
+async def check_exactly_once(sent: Sequence[Sent], replies: Sequence[Any], database_url: str, *,
+                             platform: str = "telegram",
+                             reply_of: Callable[[Any], tuple[int, int | None]] = telegram_reply) -> list[str]:
     """Problems found (empty: none lost, none answered twice, every session in order), from the replies the
-    fake Telegram received (``reply_to_message_id``) and the user messages the store holds."""
+    fake platform received (``reply_of`` reads each one's chat and the message it answers) and the user
+    messages the store holds."""
     problems: list[str] = []
-    answered: dict[int, list[int]] = {}
+    answered: dict[int | None, int] = {}
+    reply_order: dict[int, list[int | None]] = {}
     for reply in replies:
-        answered.setdefault(reply.reply_to_message_id, []).append(reply.message_id)
+        chat_id, answers = reply_of(reply)
+        answered[answers] = answered.get(answers, 0) + 1
+        reply_order.setdefault(chat_id, []).append(answers)
     by_chat: dict[int, list[Sent]] = {}
     for item in sent:
         by_chat.setdefault(item.chat_id, []).append(item)
-        count = len(answered.get(item.message_id, []))
+        count = answered.get(item.message_id, 0)
         if count != 1:
             problems.append(f"message {item.message_id} in chat {item.chat_id} answered {count} times")
-    reply_order: dict[str, list[int]] = {}
-    for reply in replies:
-        reply_order.setdefault(reply.chat_id, []).append(reply.reply_to_message_id)
     async with await Store.open(database_url, migrate=False) as store:
         for chat_id, items in by_chat.items():
             expected = [i.message_id for i in items]
-            if [m for m in reply_order.get(str(chat_id), []) if m in set(expected)] != expected:
+            if [m for m in reply_order.get(chat_id, []) if m in set(expected)] != expected:
                 problems.append(f"chat {chat_id}: answers out of order")
-            record = await store.sessions.get_active("telegram", f"dm:{chat_id}")
+            record = await store.sessions.get_active(platform, items[0].chat_key)
             if record is None:
                 problems.append(f"chat {chat_id}: no session stored")
                 continue

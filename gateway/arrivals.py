@@ -11,10 +11,16 @@ A ticket whose worker died before handling it would stop the session forever, so
 than ``stale_after_s`` with nobody handling it is skipped (that message is then lost to this worker — the
 platform's redelivery brings it back, with a new ticket). Redis failing means no ticket: the message is
 handled in the order the lock gives (fail-open), as without this module.
+
+Inside one worker a session's tickets are drawn one at a time: concurrent draws go out over different pooled
+connections and can be answered in any order, and a message queued in the FIFO ahead of one holding an
+earlier ticket would wait for that ticket (``stale_after_s``) and then skip it — a minute's stall, then the two
+answered out of order. The caller queues a message before its next await after ``arrive`` returns.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from abc import ABC, abstractmethod
@@ -80,11 +86,26 @@ class RedisArrivalOrder(ArrivalOrder):
         self._prefix = prefix
         self._clock = clock
         self._on_error = on_error
+        # Per session key: the lock its draws in this worker take turns on, and how many want it.
+        self._drawing: dict[str, tuple[asyncio.Lock, int]] = {}
 
     def _keys(self, key: str) -> tuple[str, str]:
         return f"{self._prefix}next:{key}", f"{self._prefix}serving:{key}"
 
     async def arrive(self, key: str) -> Turn:
+        lock, waiting = self._drawing.get(key) or (asyncio.Lock(), 0)
+        self._drawing[key] = (lock, waiting + 1)
+        try:
+            async with lock:  # FIFO: the draws of ``key`` in the order they were asked for
+                return await self._draw(key)
+        finally:
+            lock, waiting = self._drawing[key]
+            if waiting > 1:
+                self._drawing[key] = (lock, waiting - 1)
+            else:
+                del self._drawing[key]
+
+    async def _draw(self, key: str) -> Turn:
         drawn, serving = self._keys(key)
         try:
             async with self._client.pipeline(transaction=True) as pipe:

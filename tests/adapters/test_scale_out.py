@@ -1,5 +1,6 @@
-"""Adapters for several workers: Discord shards (this worker identifies as its own shard), Telegram polling
-that waits for the gateway's lease, and webhook updates confirmed only once handled."""
+"""Adapters for several workers: Discord shards (this worker identifies as its own shard, or runs several over
+one AutoShardedClient), Telegram polling that waits for the gateway's lease, and webhook updates confirmed only
+once handled."""
 
 from __future__ import annotations
 
@@ -15,7 +16,16 @@ from adapters.base import Inbound
 from adapters.discord_adapter import DiscordAdapter, DiscordSettings, _client
 from adapters.telegram_adapter import TelegramAdapter, TelegramSettings
 from gateway.config import ConfigError, load_settings
-from tests.fakes.discord_server import FakeDiscord
+from tests.fakes.discord_server import (
+    BOT_ID,
+    CHANNEL_ID,
+    DM_CHANNEL_ID,
+    GUILD_ID,
+    OTHER_CHANNEL_ID,
+    OTHER_GUILD_ID,
+    FakeDiscord,
+    shard_of,
+)
 from tests.fakes.inbox import Inbox
 from tests.fakes.telegram_server import FakeTelegram
 
@@ -27,6 +37,41 @@ async def test_a_discord_worker_identifies_as_its_shard(fake_discord: FakeDiscor
     try:
         assert fake_discord.identifies[-1]["shard"] == [2, 3]
         assert adapter.connected
+    finally:
+        await adapter.stop()
+    assert not adapter.connected
+
+
+async def test_one_worker_runs_two_shards_and_answers_each_guild_and_a_dm_once(
+        fake_discord: FakeDiscord, discord_settings: DiscordSettings) -> None:
+    fake_discord.add_guild(OTHER_GUILD_ID, OTHER_CHANNEL_ID)
+    assert (shard_of(GUILD_ID, 2), shard_of(OTHER_GUILD_ID, 2)) == (0, 1)
+    adapter = DiscordAdapter(replace(discord_settings, shard_count=2, shard_ids=(0, 1)))
+
+    async def answer(inbound: Inbound) -> None:
+        await adapter.send(inbound, f"re: {inbound.text}")
+
+    inbox = Inbox(answer)
+    assert isinstance(adapter.client, discord.AutoShardedClient)
+    await adapter.start(inbox)  # discord.py waits 5 s before the second IDENTIFY, as Discord's limit asks
+    try:
+        assert adapter.connected
+        assert sorted(c.shard for c in fake_discord.open_connections()) == [(0, 2), (1, 2)]
+        assert {g.id: g.shard_id for g in adapter.client.guilds} == {GUILD_ID: 0, OTHER_GUILD_ID: 1}
+        asked = [await fake_discord.inject_message(f"<@{BOT_ID}> one", channel_id=CHANNEL_ID),
+                 await fake_discord.inject_message(f"<@{BOT_ID}> two", channel_id=OTHER_CHANNEL_ID),
+                 await fake_discord.inject_message("a dm", channel_id=DM_CHANNEL_ID)]
+        assert [fake_discord.shards_of(m["id"]) for m in asked] == [[(0, 2)], [(1, 2)], [(0, 2)]]
+        await fake_discord.wait_for_messages(3)
+        await asyncio.sleep(0.3)  # room for a (wrong) second answer
+        answers = {(m.reference_id, m.channel_id, m.content) for m in fake_discord.sent_messages}
+        assert len(fake_discord.sent_messages) == 3
+        assert answers == {(int(asked[0]["id"]), CHANNEL_ID, "re: one"), (int(asked[1]["id"]), OTHER_CHANNEL_ID,
+                           "re: two"), (int(asked[2]["id"]), DM_CHANNEL_ID, "re: a dm")}
+        # Each shard's connection reads on its own, so the two guilds' messages may arrive in either order.
+        assert sorted((m.message_id, m.guild_id, m.chat_type) for m in inbox.messages) == [
+            (asked[0]["id"], str(GUILD_ID), "group"), (asked[1]["id"], str(OTHER_GUILD_ID), "group"),
+            (asked[2]["id"], None, "dm")]
     finally:
         await adapter.stop()
     assert not adapter.connected

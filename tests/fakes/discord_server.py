@@ -1,21 +1,28 @@
 """A fake Discord (REST API + gateway websocket) on 127.0.0.1 that the real discord.py client talks to.
 
 One aiohttp app serves ``/api/v10/...`` and the gateway websocket at ``/``: HELLO, heartbeat ACKs,
-IDENTIFY → READY → GUILD_CREATE (one guild with a text channel, a thread and two roles), then whatever the
-test dispatches. For slash commands it takes the global command sync (``PUT /applications/{id}/commands``),
+IDENTIFY → READY → GUILD_CREATE (one guild with a text channel, a thread and two roles; more with
+:meth:`FakeDiscord.add_guild`), then whatever the test dispatches. It is shard-aware as Discord is: several
+gateway connections at once, each IDENTIFY with ``shard: [id, count]`` (none: the one shard of an unsharded
+bot), a READY per connection naming only that shard's guilds, and every guild event (GUILD_CREATE,
+MESSAGE_CREATE, INTERACTION_CREATE) sent only on the connection of shard ``(guild_id >> 22) % count``, DMs
+only on shard 0; ``GET /gateway/bot`` recommends ``shard_count`` shards. Each connection records what it was
+sent (:attr:`FakeDiscord.connections`). For slash commands it takes the global command sync (``PUT /applications/{id}/commands``),
 dispatches INTERACTION_CREATE (:meth:`FakeDiscord.inject_interaction`) and records the interaction callback,
 the edit of the original response and followups (``interaction_replies``). Like real Discord it blanks guild message content when IDENTIFY lacks the
 message-content intent (unless the bot is mentioned) and refuses messages over 2,000 characters.
 Use :meth:`FakeDiscord.patch_client_urls` (or the ``fake_discord`` fixture, which does it) so discord.py
-connects here.
+connects here; a ``concord run`` process started with :meth:`FakeDiscord.process_env` does the same.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import discord
@@ -31,8 +38,14 @@ BOT_ROLE_ID = 2200  # the role Discord creates for the bot (managed, tagged with
 CHANNEL_ID = 3000
 THREAD_ID = 3100
 DM_CHANNEL_ID = 4000
+# For a second guild (FakeDiscord.add_guild): its id puts it on shard 1 of 2, where GUILD_ID is on shard 0.
+OTHER_GUILD_ID = (1 << 22) | 2001
+OTHER_CHANNEL_ID = 3001
 MESSAGE_CONTENT_INTENT = 1 << 15
 TEXT_LIMIT = 2000
+REPO = Path(__file__).resolve().parents[2]
+# Holds the sitecustomize that points a worker process's discord.py at this fake (see process_env).
+REDIRECT_DIR = Path(__file__).resolve().with_name("discord_redirect")
 
 
 @dataclass
@@ -68,6 +81,66 @@ class InteractionReply:
     at: float
 
 
+@dataclass(frozen=True)
+class FakeGuild:
+    """A guild the bot is in: one text channel, optionally a thread under it."""
+
+    id: int
+    channel_id: int
+    name: str = "Test guild"
+    thread_id: int | None = None
+
+
+@dataclass
+class GatewayConnection:
+    """One gateway websocket: what it identified as and the dispatches it was sent (event, data)."""
+
+    ws: web.WebSocketResponse
+    identify: dict[str, Any] | None = None
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    closed: bool = False
+    seq: int = 0
+
+    @property
+    def shard(self) -> tuple[int, int]:
+        """(shard id, shard count) from IDENTIFY; (0, 1) for an unsharded client."""
+        shard_id, count = (self.identify or {}).get("shard") or (0, 1)
+        return int(shard_id), int(count)
+
+    def serves(self, guild_id: int | None) -> bool:
+        """Whether Discord would send this guild's events here (``None``: a DM, always shard 0)."""
+        shard_id, count = self.shard
+        return shard_id == (0 if guild_id is None else shard_of(guild_id, count))
+
+    def message_ids(self) -> list[str]:
+        """Ids of the MESSAGE_CREATE events sent on this connection, in order."""
+        return [str(data.get("id")) for event, data in self.events if event == "MESSAGE_CREATE"]
+
+    async def send(self, event: str, data: dict[str, Any]) -> None:
+        """One op-0 dispatch; on a connection that has just gone it is lost, as on Discord."""
+        self.seq += 1  # sequence numbers are per session, as discord.py expects when resuming
+        try:
+            await self.ws.send_str(json.dumps({"op": 0, "t": event, "s": self.seq, "d": data}))
+        except ConnectionError:
+            self.closed = True
+            return
+        self.events.append((event, data))
+
+
+def shard_of(guild_id: int, shard_count: int) -> int:
+    """The shard Discord sends a guild's events to."""
+    return (guild_id >> 22) % shard_count
+
+
+def _event_guild(event: str, data: dict[str, Any]) -> int | None:
+    """The guild an event belongs to (``None``: a DM or no guild); unreadable ids count as none."""
+    raw = data.get("id") if event.startswith("GUILD_") else data.get("guild_id")
+    try:
+        return int(raw) if raw is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
 @dataclass
 class _Failure:
     times: int
@@ -99,11 +172,15 @@ class FakeDiscord:
     deleted_messages: set[int] = field(default_factory=set)
     command_sync_status: int = 200
     interaction_callback_status: int = 200
+    # The shard count ``GET /gateway/bot`` recommends (what an AutoShardedClient without one runs).
+    shard_count: int = 1
+    guilds: list[FakeGuild] = field(
+        default_factory=lambda: [FakeGuild(GUILD_ID, CHANNEL_ID, thread_id=THREAD_ID)])
     port: int = 0
 
     def __post_init__(self) -> None:
-        self._sockets: list[web.WebSocketResponse] = []
-        self._seq = 0
+        # Every gateway connection, closed ones included (a test can see where each event went).
+        self.connections: list[GatewayConnection] = []
         self.identifies: list[dict[str, Any]] = []
         self._next_id = 10_000
         self._failures: dict[str, _Failure] = {}
@@ -116,6 +193,7 @@ class FakeDiscord:
         app.router.add_get("/", self._gateway)
         app.router.add_get("/api/v10/users/@me", self._me)
         app.router.add_get("/api/v10/oauth2/applications/@me", self._application)
+        app.router.add_get("/api/v10/gateway/bot", self._gateway_bot)
         app.router.add_post("/api/v10/channels/{channel_id}/messages", self._create_message)
         app.router.add_patch("/api/v10/channels/{channel_id}/messages/{message_id}", self._edit_message)
         app.router.add_post("/api/v10/channels/{channel_id}/typing", self._typing)
@@ -127,8 +205,8 @@ class FakeDiscord:
 
     async def stop(self) -> None:
         """Close gateway connections and stop serving."""
-        for ws in list(self._sockets):
-            await ws.close()
+        for connection in self.open_connections():
+            await connection.ws.close()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -138,7 +216,27 @@ class FakeDiscord:
         monkeypatch.setattr(discord.http.Route, "BASE", f"http://127.0.0.1:{self.port}/api/v10")
         monkeypatch.setattr(discord.gateway.DiscordWebSocket, "DEFAULT_GATEWAY", yarl.URL(f"ws://127.0.0.1:{self.port}/"))
 
+    def process_env(self) -> dict[str, str]:
+        """Environment for a ``concord run`` process of this checkout to use this fake: the bot token, and
+        ``discord_redirect/sitecustomize.py`` on PYTHONPATH, which points discord.py here at start-up."""
+        return {"CONCORD_DISCORD__TOKEN": self.token, "FAKE_DISCORD_URL": f"http://127.0.0.1:{self.port}",
+                "PYTHONPATH": os.pathsep.join([str(REDIRECT_DIR), str(REPO)])}
+
     # -- scripting -------------------------------------------------------------------------------
+    def add_guild(self, guild_id: int, channel_id: int, name: str = "Another guild") -> FakeGuild:
+        """Put the bot in one more guild (with one text channel); call it before the clients connect."""
+        guild = FakeGuild(guild_id, channel_id, name)
+        self.guilds.append(guild)
+        return guild
+
+    def open_connections(self) -> list[GatewayConnection]:
+        """The gateway connections still open, identified or not."""
+        return [c for c in self.connections if not c.closed]
+
+    def shards_of(self, message_id: str) -> list[tuple[int, int]]:
+        """The (shard id, count) of every connection the MESSAGE_CREATE ``message_id`` was sent on."""
+        return [c.shard for c in self.connections if message_id in c.message_ids()]
+
     def refuse_channel(self, channel_id: int, status: int = 403) -> None:
         """Answer every message posted to ``channel_id`` with ``status`` (403 Forbidden, 400, 404 …)."""
         self.refused_channels[channel_id] = status
@@ -154,20 +252,28 @@ class FakeDiscord:
 
     async def send_raw(self, frame: str) -> None:
         """Send one text frame exactly as given (malformed gateway traffic) to every connected client."""
-        for ws in list(self._sockets):
-            await ws.send_str(frame)
+        for connection in self.open_connections():
+            await connection.ws.send_str(frame)
 
     @property
     def identify_count(self) -> int:
         """How many IDENTIFY payloads clients sent (a reconnect from login sends another)."""
         return len(self.identifies)
 
-    async def dispatch(self, event: str, data: dict[str, Any]) -> None:
-        """Send one op-0 dispatch to every connected client."""
-        self._seq += 1
-        payload = json.dumps({"op": 0, "t": event, "s": self._seq, "d": data})
-        for ws in list(self._sockets):
-            await ws.send_str(payload)
+    async def dispatch(self, event: str, data: dict[str, Any]) -> int:
+        """Send one op-0 dispatch where Discord would: a guild's event on every identified connection of its
+        shard, any other (a DM) on shard 0's; how many connections it went to (0: that shard is down)."""
+        guild_id = _event_guild(event, data)
+        targets = [c for c in self.open_connections() if c.identify is not None and c.serves(guild_id)]
+        for connection in targets:
+            await connection.send(event, data)
+        return len(targets)
+
+    def _guild_of(self, channel_id: int) -> int | None:
+        """The guild a channel is in: ``None`` for the DM channel; the first guild for channels it does not know."""
+        if channel_id == DM_CHANNEL_ID:
+            return None
+        return next((g.id for g in self.guilds if channel_id in (g.channel_id, g.thread_id)), GUILD_ID)
 
     def make_message(
         self,
@@ -192,8 +298,9 @@ class FakeDiscord:
             "mention_roles": [str(r) for r in (ADMIN_ROLE_ID, BOT_ROLE_ID) if f"<@&{r}>" in content],
             "attachments": attachments or [], "embeds": [], "pinned": False, "type": 0,
         }
-        if channel_id != DM_CHANNEL_ID:
-            message["guild_id"] = str(GUILD_ID)
+        guild_id = self._guild_of(channel_id)
+        if guild_id is not None:
+            message["guild_id"] = str(guild_id)
             message["member"] = {"roles": [str(r) for r in role_ids], "joined_at": "2024-01-01T00:00:00+00:00",
                                  "deaf": False, "mute": False, "nick": None, "flags": 0}
         if reply_to_bot:
@@ -233,14 +340,15 @@ class FakeDiscord:
                      "options": [{"name": k, "type": 3, "value": v} for k, v in (options or {}).items()]},
             "channel_id": str(channel_id),
         }
-        if channel_id == DM_CHANNEL_ID:
+        guild_id = self._guild_of(channel_id)
+        if guild_id is None:
             user = _user(user_id, user_name)
             interaction.update(context=1, user=user,
                                channel={"id": str(channel_id), "type": 1, "recipients": [user]})
         else:
             kind = 11 if channel_id == THREAD_ID else 0
-            interaction.update(context=0, guild_id=str(GUILD_ID), guild_locale="en-US",
-                               channel={"id": str(channel_id), "type": kind, "guild_id": str(GUILD_ID)},
+            interaction.update(context=0, guild_id=str(guild_id), guild_locale="en-US",
+                               channel={"id": str(channel_id), "type": kind, "guild_id": str(guild_id)},
                                member={"user": _user(user_id, user_name), "roles": [str(r) for r in role_ids],
                                        "joined_at": "2024-01-01T00:00:00+00:00", "deaf": False, "mute": False,
                                        "flags": 0, "nick": None, "permissions": "0"})
@@ -297,6 +405,11 @@ class FakeDiscord:
         return self._json(request, {
             "id": str(BOT_ID), "name": "testbot", "description": "", "icon": None, "bot_public": True,
             "bot_require_code_grant": False, "owner": _user(1, "owner"), "verify_key": "00", "flags": 0})
+
+    async def _gateway_bot(self, request: web.Request) -> web.Response:
+        return self._json(request, {
+            "url": f"ws://127.0.0.1:{self.port}/", "shards": self.shard_count,
+            "session_start_limit": {"total": 1000, "remaining": 1000, "reset_after": 0, "max_concurrency": 1}})
 
     async def _create_message(self, request: web.Request) -> web.Response:
         if request.headers.get("Authorization") != f"Bot {self.token}":
@@ -398,7 +511,8 @@ class FakeDiscord:
     async def _gateway(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse()
         await ws.prepare(request)
-        self._sockets.append(ws)
+        connection = GatewayConnection(ws)
+        self.connections.append(connection)
         await ws.send_str(json.dumps({"op": 10, "d": {"heartbeat_interval": 1000}}))
         try:
             async for frame in ws:
@@ -408,37 +522,43 @@ class FakeDiscord:
                 if payload["op"] == 1:
                     await ws.send_str(json.dumps({"op": 11}))
                 elif payload["op"] == 2:
-                    self.identify = payload["d"]
+                    connection.identify = self.identify = payload["d"]
                     self.identifies.append(payload["d"])
-                    await self._ready_sequence()
+                    await self._ready_sequence(connection)
         finally:
-            self._sockets.remove(ws)
+            connection.closed = True
         return ws
 
-    async def _ready_sequence(self) -> None:
-        await self.dispatch("READY", {
-            "v": 10, "user": _user(BOT_ID, "testbot", bot=True), "session_id": "fake-session",
-            "resume_gateway_url": f"ws://127.0.0.1:{self.port}/", "guilds": [{"id": str(GUILD_ID), "unavailable": True}],
+    async def _ready_sequence(self, connection: GatewayConnection) -> None:
+        """READY naming this shard's guilds (unavailable), then a GUILD_CREATE for each."""
+        mine = [g for g in self.guilds if connection.serves(g.id)]
+        identify = connection.identify or {}
+        await connection.send("READY", {
+            "v": 10, "user": _user(BOT_ID, "testbot", bot=True), "session_id": f"fake-session-{len(self.identifies)}",
+            "resume_gateway_url": f"ws://127.0.0.1:{self.port}/",
+            "guilds": [{"id": str(g.id), "unavailable": True} for g in mine],
             "application": {"id": str(BOT_ID), "flags": 0}, "private_channels": [], "relationships": [],
-            **({"shard": self.identify["shard"]} if self.identify and "shard" in self.identify else {})})
-        await self.dispatch("GUILD_CREATE", _guild())
+            **({"shard": identify["shard"]} if "shard" in identify else {})})
+        for guild in mine:
+            await connection.send("GUILD_CREATE", _guild(guild))
 
 
-def _guild() -> dict[str, Any]:
+def _guild(guild: FakeGuild) -> dict[str, Any]:
     role = {"color": 0, "hoist": False, "managed": False, "mentionable": False, "permissions": "0", "position": 0}
+    thread = {"id": str(guild.thread_id), "type": 11, "name": "a thread", "parent_id": str(guild.channel_id),
+              "guild_id": str(guild.id), "owner_id": "42", "flags": 0, "message_count": 0, "member_count": 1,
+              "thread_metadata": {"archived": False, "auto_archive_duration": 1440,
+                                  "archive_timestamp": "2025-01-01T00:00:00+00:00", "locked": False}}
     return {
-        "id": str(GUILD_ID), "name": "Test guild", "owner_id": "1", "icon": None, "features": [],
+        "id": str(guild.id), "name": guild.name, "owner_id": "1", "icon": None, "features": [],
         "member_count": 3, "large": False, "unavailable": False, "emojis": [], "stickers": [],
-        "roles": [{**role, "id": str(GUILD_ID), "name": "@everyone"},
+        "roles": [{**role, "id": str(guild.id), "name": "@everyone"},
                   {**role, "id": str(ADMIN_ROLE_ID), "name": "Admins", "position": 1},
                   {**role, "id": str(BOT_ROLE_ID), "name": "testbot", "position": 2, "managed": True,
                    "tags": {"bot_id": str(BOT_ID)}}],
-        "channels": [{"id": str(CHANNEL_ID), "type": 0, "name": "general", "position": 0,
-                      "permission_overwrites": [], "guild_id": str(GUILD_ID)}],
-        "threads": [{"id": str(THREAD_ID), "type": 11, "name": "a thread", "parent_id": str(CHANNEL_ID),
-                     "guild_id": str(GUILD_ID), "owner_id": "42", "flags": 0, "message_count": 0, "member_count": 1,
-                     "thread_metadata": {"archived": False, "auto_archive_duration": 1440,
-                                         "archive_timestamp": "2025-01-01T00:00:00+00:00", "locked": False}}],
+        "channels": [{"id": str(guild.channel_id), "type": 0, "name": "general", "position": 0,
+                      "permission_overwrites": [], "guild_id": str(guild.id)}],
+        "threads": [thread] if guild.thread_id is not None else [],
         "members": [{"user": _user(BOT_ID, "testbot", bot=True), "roles": [], "joined_at": "2024-01-01T00:00:00+00:00",
                      "deaf": False, "mute": False, "flags": 0}],
         "voice_states": [], "presences": [],

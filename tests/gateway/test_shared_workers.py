@@ -115,6 +115,28 @@ async def test_a_sessions_messages_keep_their_arrival_order_across_workers(
     assert [m["content"] for m in stored.messages if m["role"] == "user"] == [f"m{i}" for i in range(8)]
 
 
+async def test_messages_arriving_together_at_one_worker_draw_tickets_in_their_order(redis_url: str) -> None:
+    # A message is queued in its worker's FIFO the moment its draw returns, so tickets must come back in the
+    # order the messages asked for them; else the FIFO's head waits for a ticket queued behind it. Each round
+    # starts on a fresh client: concurrent draws then go out over connections of their own.
+    async def arrive(order: RedisArrivalOrder, key: str, returned: list[int | None]) -> int | None:
+        turn = await order.arrive(key)
+        returned.append(turn.ticket)
+        return turn.ticket
+
+    prefix = f"concord-test:{uuid.uuid4().hex}:"
+    for round_ in range(20):
+        client = fail_fast_client(redis_url)
+        order = RedisArrivalOrder(client, stale_after_s=5, prefix=prefix)
+        returned: list[int | None] = []
+        try:
+            tickets = await asyncio.gather(*(arrive(order, f"s{round_}", returned) for _ in range(8)))
+        finally:
+            await client.aclose()
+        assert tickets == returned == list(range(1, 9)), f"round {round_}"
+        assert order._drawing == {}  # nothing kept per session once its draws are done
+
+
 async def test_a_ticket_whose_worker_died_is_skipped_after_the_lock_lifetime(redis_url: str) -> None:
     now = [0.0]
     client = fail_fast_client(redis_url)

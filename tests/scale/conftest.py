@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +11,8 @@ import pytest
 from bench.cluster import Cluster
 from bench.scratch_db import scratch_postgres
 from gateway.store import upgrade_database
+from tests.fakes.discord_fixture import fake_discord  # noqa: F401
+from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.llm_fixture import fake_llm  # noqa: F401
 from tests.fakes.llm_server import FakeLLMServer
 from tests.fakes.telegram_fixture import fake_telegram  # noqa: F401
@@ -30,12 +32,16 @@ async def database_url(postgres_url: str) -> AsyncIterator[str]:
 @pytest.fixture
 async def cluster_factory(database_url: str, redis_url: str, fake_telegram: FakeTelegram,  # noqa: F811
                           fake_llm: FakeLLMServer, tmp_path: Path) -> AsyncIterator[ClusterFactory]:  # noqa: F811
-    """Start ``size`` real ``concord run`` workers (webhook mode) on the private database and Redis."""
+    """Start ``size`` real ``concord run`` workers on the private database and Redis: Telegram webhook mode, or
+    the bot of ``discord`` (a started fake) with ``worker_env[i]`` for worker ``i`` (its shards)."""
     started: list[Cluster] = []
 
-    async def make(size: int, **env: Any) -> Cluster:
-        cluster = Cluster(size, database_url, redis_url, fake_telegram, fake_llm.openai_base_url,
-                          tmp_path / f"cluster-{len(started)}", env={k: str(v) for k, v in env.items()})
+    async def make(size: int, *, discord: FakeDiscord | None = None, worker_env: Sequence[Mapping[str, str]] = (),
+                   **env: Any) -> Cluster:
+        settings = {**(discord.process_env() if discord else {}), **{k: str(v) for k, v in env.items()}}
+        cluster = Cluster(size, database_url, redis_url, None if discord else fake_telegram,
+                          fake_llm.openai_base_url, tmp_path / f"cluster-{len(started)}", env=settings,
+                          worker_env=worker_env)
         started.append(cluster)
         await cluster.start()
         return cluster
