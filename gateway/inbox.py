@@ -113,11 +113,6 @@ class Inbox:
         stopped short: its claim is not renewed any more (recovery hands it on once stale, if unhandled)."""
         self._kept.discard(inbound_key(inbound))
 
-    async def handled(self, inbound: Inbound) -> bool:
-        """Whether the store records ``inbound`` as handled (its turn stored by a worker that died before the
-        de-dup claim)."""
-        return await self.store.inbox.handled(inbound_key(inbound))
-
     async def settle(self, inbound: Inbound) -> None:
         """Mark ``inbound`` handled if this worker kept it and has not marked it yet; a failure is only logged
         (recovery then hands it on once more, and the de-dup drops it)."""

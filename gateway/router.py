@@ -383,7 +383,8 @@ class Router:
             else:
                 self.context.add(key, speaker_tag(inbound.user_name, inbound.text))
             return []
-        live = await self.sessions.open(key, inbound.user_id)
+        # One read: the session, the chat's pins, and whether this message's turn is stored already.
+        live, handled = await self.sessions.open_for_message(key, inbound.user_id, inbound_key(inbound))
         bind_log_session(live.id)
         if self.observing and key.is_group:
             await self.observer.flush_locked(key, live)  # what the group said comes before the question
@@ -399,7 +400,7 @@ class Router:
                                  self.pairing)
             reply, _ = await run_command(command, ctx)
             return [reply]
-        if await self.inbox.handled(inbound):
+        if handled:
             # Its turn was stored by a worker that died before the Redis mark: the answer is in the ledger,
             # whose recovery sends it.
             log.info("message %s in %s was handled already (its turn is stored); not run again",

@@ -102,36 +102,44 @@ class SessionManager:
 
     async def open(self, key: SessionKey, user_id: str | None) -> LiveSession:
         """The chat's open session, fresh from the store (created, with a continuity note, if none is open)."""
+        return (await self.open_for_message(key, user_id, None))[0]
+
+    async def open_for_message(self, key: SessionKey, user_id: str | None,
+                               message_key: str | None) -> tuple[LiveSession, bool]:
+        """`open`, and whether the message ``message_key`` was marked handled in the store: the session row,
+        the chat's pins and that mark come from one read (the one before every turn)."""
         store = self.rt.store
-        record = await store.sessions.get_active(key.platform, key.chat_key)
-        note = None
+        snapshot = await store.chat_snapshot(key.platform, key.chat_key, message_key=message_key)
+        record, note = snapshot.session, None
         if record is None:
             previous = await previous_idle_session(store, key)
             record = await store.sessions.get_or_create_active(key.platform, key.chat_key)
             note = continuity_note(previous) if previous is not None else None
-        live = await self.attach(record, user_id)
+        live = await self.attach(record, user_id, pins=snapshot.pins)
         if note:
             live.pending_note = note
-        return live
+        return live, snapshot.handled
 
-    async def attach(self, record: SessionRecord, user_id: str | None, *, remember: bool = True) -> LiveSession:
+    async def attach(self, record: SessionRecord, user_id: str | None, *, remember: bool = True,
+                     pins: tuple[PinRecord, ...] | None = None) -> LiveSession:
         """A live session for ``record``: the warm one refreshed from the store, or a new one.
 
         ``remember=False`` (sweeps) leaves the warm cache alone: a session opened without its user must not
-        replace the one a conversation built with the user's memory.
+        replace the one a conversation built with the user's memory. ``pins``: the chat's pins when the
+        caller has just read them (otherwise they are read here).
         """
         key = SessionKey(record.platform, record.chat_key)
         live = self._live.get(key)
         if live is not None and live.id == record.id and _unchanged(live, record):
             # Nobody else wrote to the session since our last turn: the cached active set is current.
             live.record = record
-            await self.refresh_pins(live)
+            await self._update_pins(live, pins)
             if remember:
                 self._remember(key, live)
             return live
         active = await self.rt.store.messages.load_active(record.id)
         if live is None or live.id != record.id:
-            live = await self._build(key, record, user_id, active.messages)
+            live = await self._build(key, record, user_id, active.messages, pins)
         else:
             live.record = record
             if record.engine != live.synced_state:
@@ -141,7 +149,7 @@ class SessionManager:
                 live.loop.system_prompt = self.system_prompt(key, live.memory,
                                                              compacted=record.engine.compression_count > 0,
                                                              persona=live.persona, pins=live.pins)
-            await self.refresh_pins(live)
+            await self._update_pins(live, pins)
         live.messages, live.token_counts, live.watermark = active.messages, active.token_counts, active.watermark
         if remember:
             self._remember(key, live)
@@ -177,7 +185,11 @@ class SessionManager:
     async def refresh_pins(self, live: LiveSession) -> None:
         """Re-read the chat's pins (another worker, a command or the pin tool may have changed them); the
         system prompt is rebuilt only when they changed, so it stays byte-stable for prompt caching."""
-        pins = tuple(await self.rt.store.pins.list(live.key.platform, live.key.chat_key))
+        await self._update_pins(live, None)
+
+    async def _update_pins(self, live: LiveSession, pins: tuple[PinRecord, ...] | None) -> None:
+        if pins is None:
+            pins = tuple(await self.rt.store.pins.list(live.key.platform, live.key.chat_key))
         if pins == live.pins:
             return
         live.pins = pins
@@ -217,7 +229,7 @@ class SessionManager:
             live.engine.on_session_end(session_id)
 
     async def _build(self, key: SessionKey, record: SessionRecord, user_id: str | None,
-                     messages: list[dict[str, Any]]) -> LiveSession:
+                     messages: list[dict[str, Any]], pins: tuple[PinRecord, ...] | None = None) -> LiveSession:
         rt = self.rt
         engine = rt.new_engine()
         if key.is_group:
@@ -228,7 +240,8 @@ class SessionManager:
         tools = ToolRegistry(memory.tools())
         tools.add_engine_tools(engine)
         persona = await rt.store.chat_settings.get(_persona_scope(key), _PERSONA)
-        pins = tuple(await rt.store.pins.list(key.platform, key.chat_key))
+        if pins is None:
+            pins = tuple(await rt.store.pins.list(key.platform, key.chat_key))
         prompt = self.system_prompt(key, memory, compacted=record.engine.compression_count > 0, persona=persona,
                                     pins=pins)
         loop = AgentLoop(

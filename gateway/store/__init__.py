@@ -16,6 +16,7 @@ from gateway.store.errors import (
 from gateway.store.migrate import current_revision, downgrade_database, upgrade_database
 from gateway.store.records import (
     ActiveSet,
+    ChatSnapshot,
     CompactionInfo,
     CompactionRecord,
     DeliveryRecord,
@@ -32,6 +33,7 @@ from gateway.store.store import Store
 
 __all__ = [
     "ActiveSet",
+    "ChatSnapshot",
     "CompactionInfo",
     "CompactionNotFound",
     "CompactionRecord",

@@ -26,10 +26,16 @@ from gateway.store.deliveries import arm_drafts
 from gateway.store.models import InboxRow
 from gateway.store.records import Handled, InboxEntry, InboxRecord
 
-__all__ = ["InboxRepository", "settle"]
+__all__ = ["InboxRepository", "is_handled", "settle"]
 
 # Bound parameters per statement stay far below every driver's limit.
 _KEYS_PER_STATEMENT = 500
+
+
+def is_handled(conn: Connection, key: str) -> bool:
+    """Whether the message ``key`` was marked handled (and not pruned yet), read on ``conn``."""
+    query = select(InboxRow.id).where(InboxRow.key == key, InboxRow.handled_at.is_not(None))
+    return conn.execute(query).first() is not None
 
 
 def _record(row: Any) -> InboxRecord:
@@ -74,9 +80,7 @@ class InboxRepository:
 
     async def handled(self, key: str) -> bool:
         """Whether the message ``key`` was marked handled (and not pruned yet)."""
-        query = select(InboxRow.id).where(InboxRow.key == key, InboxRow.handled_at.is_not(None))
-        # Once per turn: one round trip on SQLite (run_read).
-        return await run_read(self._engine, lambda conn: conn.execute(query).first() is not None)
+        return await run_read(self._engine, lambda conn: is_handled(conn, key))
 
     async def mark_handled(self, handled: Handled) -> None:
         """Mark a message handled in a transaction of its own."""

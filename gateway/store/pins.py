@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import ColumnElement, delete, func, insert, select
+from sqlalchemy import ColumnElement, Connection, delete, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.store._rows import utcnow
@@ -11,11 +11,18 @@ from gateway.store.errors import PinsFull
 from gateway.store.models import PinRow
 from gateway.store.records import PinRecord
 
-__all__ = ["PinRepository"]
+__all__ = ["PinRepository", "chat_pins"]
 
 
 def _chat(platform: str, chat_key: str) -> tuple[ColumnElement[bool], ColumnElement[bool]]:
     return (PinRow.platform == platform, PinRow.chat_key == chat_key)
+
+
+def chat_pins(conn: Connection, platform: str, chat_key: str) -> list[PinRecord]:
+    """The chat's pins, numbered from 1 in pin order, read on ``conn``."""
+    rows = conn.execute(select(PinRow).where(*_chat(platform, chat_key)).order_by(PinRow.id))
+    return [PinRecord(number=i, text=r.text, tokens=r.tokens, created_at=r.created_at, created_by=r.created_by)
+            for i, r in enumerate(rows, 1)]
 
 
 class PinRepository:
@@ -26,11 +33,7 @@ class PinRepository:
 
     async def list(self, platform: str, chat_key: str) -> list[PinRecord]:
         """The chat's pins, numbered from 1 in pin order."""
-        # Read before every message (another worker may have pinned): one round trip on SQLite (run_read).
-        query = select(PinRow).where(*_chat(platform, chat_key)).order_by(PinRow.id)
-        rows = await run_read(self._engine, lambda conn: list(conn.execute(query)))
-        return [PinRecord(number=i, text=r.text, tokens=r.tokens, created_at=r.created_at, created_by=r.created_by)
-                for i, r in enumerate(rows, 1)]
+        return await run_read(self._engine, lambda conn: chat_pins(conn, platform, chat_key))
 
     async def add(self, platform: str, chat_key: str, text: str, tokens: int, *, max_count: int,
                   max_tokens: int, by: str | None = None) -> PinRecord:

@@ -235,3 +235,13 @@ class Handled:
     platform: str
     session_key: str
     answers: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ChatSnapshot:
+    """What a message's turn reads first, in one transaction: the chat's open session (None: none is open),
+    its pins, and whether the message itself was marked handled already."""
+
+    session: SessionRecord | None
+    pins: tuple[PinRecord, ...]
+    handled: bool

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, insert, select, union, update
+from sqlalchemy import Connection, Select, insert, select, union, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -23,9 +23,16 @@ from gateway.store.inbox import settle
 from gateway.store.models import SessionRow
 from gateway.store.records import EngineState, Handled, SessionRecord
 
-__all__ = ["SessionRepository", "hygiene_query"]
+__all__ = ["SessionRepository", "active_session", "hygiene_query"]
 
 _OPEN = SessionRow.ended_at.is_(None)
+
+
+def active_session(conn: Connection, platform: str, chat_key: str) -> SessionRecord | None:
+    """The open session of a chat, or None, read on ``conn``."""
+    query = select(SessionRow).where(SessionRow.platform == platform, SessionRow.chat_key == chat_key, _OPEN)
+    row = conn.execute(query).first()
+    return session_record(row) if row else None
 
 
 class SessionRepository:
@@ -48,10 +55,8 @@ class SessionRepository:
         return record
 
     async def get_active(self, platform: str, chat_key: str) -> SessionRecord | None:
-        """The open session of a chat, or None (read on every message: one round trip on SQLite)."""
-        query = select(SessionRow).where(SessionRow.platform == platform, SessionRow.chat_key == chat_key, _OPEN)
-        row = await run_read(self._engine, lambda conn: conn.execute(query).first())
-        return session_record(row) if row else None
+        """The open session of a chat, or None."""
+        return await run_read(self._engine, lambda conn: active_session(conn, platform, chat_key))
 
     async def latest_ended(self, platform: str, chat_key: str) -> SessionRecord | None:
         """The chat's most recently ended session, or None."""

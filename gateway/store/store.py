@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.store.chat_settings import ChatSettingsRepository
 from gateway.store.compaction import CompactionRepository
-from gateway.store.database import create_engine, dispose_engine, read
+from gateway.store.database import create_engine, dispose_engine, read, run_read
 from gateway.store.deliveries import DeliveryRepository
-from gateway.store.inbox import InboxRepository
+from gateway.store.inbox import InboxRepository, is_handled
 from gateway.store.messages import MessageRepository
 from gateway.store.migrate import upgrade_database
-from gateway.store.pins import PinRepository
+from gateway.store.pins import PinRepository, chat_pins
+from gateway.store.records import ChatSnapshot
 from gateway.store.search import MessageSearch
-from gateway.store.sessions import SessionRepository
+from gateway.store.sessions import SessionRepository, active_session
 
 __all__ = ["Store"]
 
@@ -52,6 +54,16 @@ class Store:
     def dialect(self) -> str:
         """``sqlite`` or ``postgresql``."""
         return self.engine.dialect.name
+
+    async def chat_snapshot(self, platform: str, chat_key: str, *, message_key: str | None = None) -> ChatSnapshot:
+        """The chat's open session, its pins and whether ``message_key`` was handled, in one read transaction:
+        the one read before every message's turn (one round trip on SQLite, one BEGIN on PostgreSQL)."""
+
+        def snapshot(conn: Connection) -> ChatSnapshot:
+            return ChatSnapshot(active_session(conn, platform, chat_key), tuple(chat_pins(conn, platform, chat_key)),
+                                message_key is not None and is_handled(conn, message_key))
+
+        return await run_read(self.engine, snapshot)
 
     async def ping(self) -> bool:
         """True when the database answers a trivial query (readiness); raises when it cannot be reached."""

@@ -19,16 +19,16 @@ from tests.gateway.conftest import GatewayFactory
 async def test_a_failing_chain_answers_with_a_short_error_and_the_queue_goes_on(
         gateway_factory: GatewayFactory, fake_llm: FakeLLMServer) -> None:
     gateway, adapter = await gateway_factory()
-    real_open = gateway.sessions.open
+    real_open = gateway.sessions.open_for_message
     calls = {"n": 0}
 
-    async def flaky_open(key: SessionKey, user_id: str | None) -> Any:
+    async def flaky_open(key: SessionKey, user_id: str | None, message_key: str | None) -> Any:
         calls["n"] += 1
         if calls["n"] == 1:
             raise RuntimeError("a bug in the database layer")  # not an outage: nothing to wait for
-        return await real_open(key, user_id)
+        return await real_open(key, user_id, message_key)
 
-    gateway.sessions.open = flaky_open  # type: ignore[method-assign]
+    gateway.sessions.open_for_message = flaky_open  # type: ignore[method-assign]
     await adapter.say("first")
     await adapter.say("second")
     assert adapter.texts() == [FAILURE_TEXT, "ok"]

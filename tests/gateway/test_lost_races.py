@@ -191,14 +191,14 @@ async def test_messages_wait_out_an_outage_in_order_and_the_bound_is_told(gatewa
                                                                         fake_llm: FakeLLMServer) -> None:
     gateway, adapter = await gateway_factory(gateway={"held_messages_per_session": 2})
     back = asyncio.Event()
-    real_open = gateway.sessions.open
+    real_open = gateway.sessions.open_for_message
 
     async def down_until_back(*args: Any, **kwargs: Any) -> Any:
         if not back.is_set():
             raise _outage()
         return await real_open(*args, **kwargs)
 
-    gateway.sessions.open = down_until_back  # type: ignore[method-assign]
+    gateway.sessions.open_for_message = down_until_back  # type: ignore[method-assign]
     fake_llm.responder = lambda body: f"re {body['messages'][-1]['content']}"
     first = asyncio.create_task(adapter.say("one"))
     await asyncio.sleep(0.3)  # "one" is held and retried
