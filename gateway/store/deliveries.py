@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy import Connection, bindparam, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.store._rows import utcnow
@@ -26,6 +26,16 @@ from gateway.store.records import DeliveryRecord
 __all__ = ["DeliveryRepository", "arm_drafts"]
 
 DRAFT, PENDING, RESENDING, SENT, FAILED, EXPIRED = "draft", "pending", "resending", "sent", "failed", "expired"
+
+
+# Twice per answer (`record`, `mark_sent`) and once per turn (`arm_drafts`): built once, values bound at
+# execution.
+_RECORD = insert(DeliveryRow)
+_MARK_SENT = update(DeliveryRow).where(DeliveryRow.id == bindparam("delivery_id")).values(
+    status=SENT, sent_at=bindparam("sent", type_=DeliveryRow.__table__.c.sent_at.type))
+_ARM = update(DeliveryRow).where(DeliveryRow.id.in_(bindparam("ids", expanding=True)),
+                                 DeliveryRow.status == DRAFT).values(
+    status=PENDING, created_at=bindparam("armed", type_=DeliveryRow.__table__.c.created_at.type))
 
 
 def _record(row: Any) -> DeliveryRecord:
@@ -46,14 +56,15 @@ class DeliveryRepository:
                      draft: bool = False) -> int:
         """Store an answer about to be sent (status pending, or draft until `arm_drafts`); return its id."""
         # Twice per answer (here and `mark_sent`): one round trip each on SQLite (run_write).
-        query = insert(DeliveryRow).values(
-            session_id=session_id, platform=platform, chat_id=chat_id, thread_id=thread_id, reply_to=reply_to,
-            text=text, status=DRAFT if draft else PENDING, created_at=at or utcnow(), worker=worker)
-        return await run_write(self._engine, lambda conn: int(conn.execute(query).inserted_primary_key[0]))
+        values = {"session_id": session_id, "platform": platform, "chat_id": chat_id, "thread_id": thread_id,
+                  "reply_to": reply_to, "text": text, "status": DRAFT if draft else PENDING,
+                  "created_at": at or utcnow(), "worker": worker}
+        return await run_write(self._engine, lambda conn: int(conn.execute(_RECORD, values).inserted_primary_key[0]))
 
     async def mark_sent(self, delivery_id: int) -> None:
         """The platform confirmed the answer."""
-        await self._set(delivery_id, SENT, sent_at=utcnow())
+        at = utcnow()
+        await run_write(self._engine, lambda conn: conn.execute(_MARK_SENT, {"delivery_id": delivery_id, "sent": at}))
 
     async def mark_failed(self, delivery_id: int) -> None:
         """The one resend of a recovered answer failed too; it is not tried again."""
@@ -108,5 +119,4 @@ def arm_drafts(conn: Connection, delivery_ids: Sequence[int], at: datetime) -> N
     """Inside a write transaction: make these draft answers pending as of ``at`` (recovery measures from then,
     not from when the draft was written, which may be an outage ago)."""
     if delivery_ids:
-        conn.execute(update(DeliveryRow).where(DeliveryRow.id.in_(delivery_ids), DeliveryRow.status == DRAFT)
-                     .values(status=PENDING, created_at=at))
+        conn.execute(_ARM, {"ids": list(delivery_ids), "armed": at})

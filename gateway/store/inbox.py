@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, delete, or_, select, update
+from sqlalchemy import Connection, bindparam, delete, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -32,10 +32,24 @@ __all__ = ["InboxRepository", "is_handled", "settle"]
 _KEYS_PER_STATEMENT = 500
 
 
+# Statements of every message's path, built once with their values bound at execution.
+_HANDLED = select(InboxRow.id).where(InboxRow.key == bindparam("key"), InboxRow.handled_at.is_not(None))
+_SETTLE: dict[str, Any] = {}
+
+
 def is_handled(conn: Connection, key: str) -> bool:
     """Whether the message ``key`` was marked handled (and not pruned yet), read on ``conn``."""
-    query = select(InboxRow.id).where(InboxRow.key == key, InboxRow.handled_at.is_not(None))
-    return conn.execute(query).first() is not None
+    return conn.execute(_HANDLED, {"key": key}).first() is not None
+
+
+def _settle_statement(dialect: str) -> Any:
+    """Insert the handled mark, or set it on a kept row not marked yet (an earlier mark stands)."""
+    if dialect not in _SETTLE:
+        insert = (postgresql if dialect == "postgresql" else sqlite).insert(InboxRow)
+        _SETTLE[dialect] = insert.on_conflict_do_update(index_elements=["key"],
+                                                        set_={"handled_at": insert.excluded.handled_at},
+                                                        where=InboxRow.handled_at.is_(None))
+    return _SETTLE[dialect]
 
 
 def _record(row: Any) -> InboxRecord:
@@ -51,10 +65,9 @@ def _insert(conn: Connection) -> Any:
 def settle(conn: Connection, handled: Handled, at: datetime) -> None:
     """Inside a write transaction: mark ``handled`` handled as of ``at`` (an earlier mark stands) and make its
     draft answers pending."""
-    insert = _insert(conn).values(key=handled.key, platform=handled.platform, session_key=handled.session_key,
-                                  payload=None, received_at=at, handled_at=at)
-    conn.execute(insert.on_conflict_do_update(index_elements=["key"], set_={"handled_at": at},
-                                              where=InboxRow.handled_at.is_(None)))
+    conn.execute(_settle_statement(conn.dialect.name), {
+        "key": handled.key, "platform": handled.platform, "session_key": handled.session_key, "payload": None,
+        "received_at": at, "handled_at": at})
     arm_drafts(conn, handled.answers, at)
 
 

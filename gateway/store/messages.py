@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, bindparam, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.store._rows import (
@@ -25,6 +25,35 @@ from gateway.store.models import MessageRow, SessionRow
 from gateway.store.records import ActiveSet, EngineState, Handled, MessageRecord
 
 __all__ = ["MessageRepository"]
+
+_SESSIONS = SessionRow.__table__.c
+_STATE_COLUMNS = tuple(engine_values(EngineState()))
+
+
+def _state_params(state: EngineState) -> dict[str, Any]:
+    return {f"state_{column}": value for column, value in engine_values(state).items()}
+
+
+def _bump(with_state: bool) -> Any:
+    """The counter update that opens every append (with the engine state saved in it, or not): built once,
+    values bound at execution (building it costs several times what running it on SQLite does)."""
+    added, at = bindparam("added"), bindparam("at", type_=_SESSIONS.last_active_at.type)
+    values: dict[str, Any] = {"last_seq": SessionRow.last_seq + added,
+                              "message_count": SessionRow.message_count + added,
+                              "token_count": SessionRow.token_count + bindparam("tokens"), "last_active_at": at}
+    if with_state:
+        values.update({c: bindparam(f"state_{c}", type_=_SESSIONS[c].type) for c in _STATE_COLUMNS})
+    return (update(SessionRow).where(SessionRow.id == bindparam("session_id"), SessionRow.ended_at.is_(None))
+            .values(**values).returning(SessionRow.last_seq))
+
+
+_BUMP, _BUMP_WITH_STATE = _bump(False), _bump(True)
+# The engine state of a turn whose read watermark is still current (no compaction replaced the set since).
+_STATE_IF_CURRENT = (update(SessionRow)
+                     .where(SessionRow.id == bindparam("session_id"),
+                            SessionRow.generation_seq <= bindparam("watermark"))
+                     .values({c: bindparam(f"state_{c}", type_=_SESSIONS[c].type) for c in _STATE_COLUMNS}))
+_INSERT_MESSAGES = insert(MessageRow)
 
 
 class MessageRepository:
@@ -48,28 +77,22 @@ class MessageRepository:
         check_batch(messages, token_counts)
         at = utcnow()
         rows = encoded_rows(messages, token_counts, at)
-        bump = (update(SessionRow).where(SessionRow.id == session_id, SessionRow.ended_at.is_(None))
-                .values(last_seq=SessionRow.last_seq + len(rows),
-                        message_count=SessionRow.message_count + len(rows),
-                        token_count=SessionRow.token_count + sum(r.tokens for r in rows),
-                        last_active_at=at,
-                        **(engine_values(engine_state) if engine_state is not None and state_watermark is None
-                           else {}))
-                .returning(SessionRow.last_seq))
+        with_state = engine_state is not None and state_watermark is None
+        bump = _BUMP_WITH_STATE if with_state else _BUMP
+        params = {"session_id": session_id, "added": len(rows), "tokens": sum(r.tokens for r in rows), "at": at,
+                  **(_state_params(engine_state) if engine_state is not None else {})}
 
         def transaction(conn: Connection) -> int:
-            last = conn.execute(bump).scalar_one_or_none()
+            last = conn.execute(bump, params).scalar_one_or_none()
             if last is None:
                 exists = conn.execute(select(SessionRow.end_reason).where(SessionRow.id == session_id)).first()
                 if exists is None:
                     raise SessionNotFound(session_id)
                 raise SessionEnded(f"session {session_id} ended ({exists.end_reason})")
             if engine_state is not None and state_watermark is not None:
-                conn.execute(update(SessionRow).where(SessionRow.id == session_id,
-                                                      SessionRow.generation_seq <= state_watermark)
-                             .values(engine_values(engine_state)))
+                conn.execute(_STATE_IF_CURRENT, {**params, "watermark": state_watermark})
             if rows:
-                conn.execute(insert(MessageRow), message_values(session_id, last - len(rows) + 1, rows))
+                conn.execute(_INSERT_MESSAGES, message_values(session_id, last - len(rows) + 1, rows))
             if handled is not None:
                 settle(conn, handled, at)
             return int(last)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import ColumnElement, Connection, delete, func, insert, select
+from sqlalchemy import ColumnElement, Connection, bindparam, delete, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.store._rows import utcnow
@@ -18,9 +18,14 @@ def _chat(platform: str, chat_key: str) -> tuple[ColumnElement[bool], ColumnElem
     return (PinRow.platform == platform, PinRow.chat_key == chat_key)
 
 
+# Read before every message: built once, values bound at execution.
+_CHAT_PINS = select(PinRow).where(PinRow.platform == bindparam("platform"),
+                                  PinRow.chat_key == bindparam("chat_key")).order_by(PinRow.id)
+
+
 def chat_pins(conn: Connection, platform: str, chat_key: str) -> list[PinRecord]:
     """The chat's pins, numbered from 1 in pin order, read on ``conn``."""
-    rows = conn.execute(select(PinRow).where(*_chat(platform, chat_key)).order_by(PinRow.id))
+    rows = conn.execute(_CHAT_PINS, {"platform": platform, "chat_key": chat_key})
     return [PinRecord(number=i, text=r.text, tokens=r.tokens, created_at=r.created_at, created_by=r.created_by)
             for i, r in enumerate(rows, 1)]
 
