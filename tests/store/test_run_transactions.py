@@ -3,10 +3,15 @@ run whole in a worker thread, elsewhere through ``run_sync`` — with the guaran
 
 from __future__ import annotations
 
+import asyncio
+import os
 import threading
+import time
+from pathlib import Path
 
 import pytest
 from sqlalchemy import Connection, select, update
+from sqlalchemy.engine import make_url
 
 from gateway.store import SessionEnded, SessionNotFound, Store, database
 from gateway.store.database import run_read, run_write
@@ -72,3 +77,25 @@ async def test_a_postgresql_read_is_one_read_only_snapshot_and_leaves_the_connec
         await run_read(store.engine, lambda conn: conn.execute(update(SessionRow).values(title="x")))
     # The same pooled connection writes again afterwards, at the default level.
     assert await run_write(store.engine, settings) == ("read committed", "off")
+
+
+async def test_sqlite_checkpoints_the_wal_in_the_background_not_in_a_commit(store_url: str) -> None:
+    if not store_url.startswith("sqlite"):
+        pytest.skip("SQLite only")
+    opened = await Store.open(store_url, migrate=False)
+    path = Path(make_url(store_url).database or "")
+    try:
+        assert await run_read(opened.engine, lambda c: c.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar()) == 0
+        before = await asyncio.to_thread(os.path.getsize, path)
+        record = await opened.sessions.get_or_create_active("discord", "dm:wal")
+        for i in range(40):  # far past 1,000 WAL pages: a commit would have checkpointed long ago
+            await opened.messages.append(record.id, [{"role": "user", "content": f"{i} " + "x" * 20_000}], [5_000])
+        deadline = time.monotonic() + 10 * database.CHECKPOINT_INTERVAL_S
+        while await asyncio.to_thread(os.path.getsize, path) <= before:  # the pages reach the database file only through a checkpoint
+            assert time.monotonic() < deadline, "the WAL was never checkpointed"
+            await asyncio.sleep(0.05)
+        checkpointers = [t for t in threading.enumerate() if t.name == "concord-sqlite-checkpoint"]
+        assert checkpointers
+    finally:
+        await opened.aclose()
+    assert not any(t.is_alive() for t in checkpointers)
