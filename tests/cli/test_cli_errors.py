@@ -317,9 +317,12 @@ def test_closed_stdout_is_quiet(clean_env: Path) -> None:
 
 
 def test_ctrl_c_during_a_command_is_one_line(clean_env: Path) -> None:
-    # A transcript on a pipe that never ends: the command waits for it until interrupted.
+    # A transcript on a pipe that never ends: the command waits for it until interrupted. Ctrl-C reaches a
+    # foreground command at a terminal, so it starts with SIGINT's default action even when the suite itself
+    # runs as a background job (which a shell without job control starts with SIGINT ignored).
     proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "tokens", "/dev/stdin"], cwd=clean_env,
-                            env=_env(), stdin=subprocess.PIPE, stderr=subprocess.PIPE, stdout=subprocess.PIPE)
+                            env=_env(), stdin=subprocess.PIPE, stderr=subprocess.PIPE, stdout=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stdin is not None and proc.stderr is not None
     proc.stdin.write(GOOD.encode())
     proc.stdin.flush()
