@@ -121,11 +121,12 @@ def _install_sqlite_hooks(engine: Engine, *, autocheckpoint: bool = True) -> Non
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
+        # First: switching to WAL may wait for another process (one migrating a fresh file) as long as any lock.
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
         if not autocheckpoint:  # a `_Checkpointer` does it, off the commit path
             cursor.execute("PRAGMA wal_autocheckpoint=0")
-        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
 

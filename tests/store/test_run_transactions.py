@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -99,3 +100,23 @@ async def test_sqlite_checkpoints_the_wal_in_the_background_not_in_a_commit(stor
     finally:
         await opened.aclose()
     assert not any(t.is_alive() for t in checkpointers)
+
+
+async def test_opening_waits_out_another_process_holding_a_fresh_file_longer_than_sqlites_default(
+        tmp_path: Path) -> None:
+    # A fresh file (no WAL yet) locked by someone else for 6 s — longer than pysqlite's default 5 s wait, within
+    # the busy timeout: the switch to WAL on connect must wait like any statement, not fail "database is locked".
+    path = tmp_path / "fresh.db"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("CREATE TABLE t (x)")
+    holder.execute("BEGIN EXCLUSIVE")
+    release = threading.Timer(6.0, lambda: holder.execute("COMMIT"))
+    release.start()
+    engine = database.create_engine(f"sqlite+aiosqlite:///{path}")
+    try:
+        async with engine.connect() as conn:
+            assert (await conn.exec_driver_sql("PRAGMA journal_mode")).scalar() == "wal"
+    finally:
+        release.join()
+        holder.close()
+        await engine.dispose()
