@@ -142,13 +142,11 @@ def _print(runs: list[Run]) -> None:
         verdict = "ok: order kept, none lost or doubled" if not run.problems else f"{len(run.problems)} PROBLEMS"
         rest = max(0.0, run.machine_cpu_s - run.worker_cpu_s - run.driver_cpu_s)
         busy = f"{run.machine_cpu_s / run.seconds:.2f} of {os.cpu_count()}"
-
-        def per_message(cpu_s: float, run: Run = run) -> float:
-            return cpu_s / run.messages * 1000
+        ms_per_message = 1000 / run.messages
         print(f"{run.workers:>7} {run.messages:>8} {run.seconds:>8.2f} {run.rate:>7.1f} {ratio:>6} "
               f"{run.percentile(0.50):>7.1f} {run.percentile(0.99):>7.1f} "
-              f"{per_message(run.worker_cpu_s):>19.1f} {per_message(run.driver_cpu_s):>6.1f} "
-              f"{per_message(rest):>5.1f} {busy:>10}  {verdict}")
+              f"{run.worker_cpu_s * ms_per_message:>19.1f} {run.driver_cpu_s * ms_per_message:>6.1f} "
+              f"{rest * ms_per_message:>5.1f} {busy:>10}  {verdict}")
         for problem in run.problems[:10]:
             print(f"        {problem}")
     two = next((r for r in runs if r.workers == 2), None)

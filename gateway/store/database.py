@@ -65,7 +65,7 @@ class _Checkpointer:
         try:
             while not self._stop.wait(self._interval):
                 try:
-                    connection = connection or sqlite3.connect(self._path, check_same_thread=False)
+                    connection = connection or sqlite3.connect(self._path)
                     connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
                     failing = False
                 except sqlite3.Error as exc:

@@ -12,6 +12,7 @@ with ``FOR UPDATE SKIP LOCKED`` (on SQLite the database's write lock serializes 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -34,7 +35,6 @@ _KEYS_PER_STATEMENT = 500
 
 # Statements of every message's path, built once with their values bound at execution.
 _HANDLED = select(InboxRow.id).where(InboxRow.key == bindparam("key"), InboxRow.handled_at.is_not(None))
-_SETTLE: dict[str, Any] = {}
 
 
 def is_handled(conn: Connection, key: str) -> bool:
@@ -42,14 +42,12 @@ def is_handled(conn: Connection, key: str) -> bool:
     return conn.execute(_HANDLED, {"key": key}).first() is not None
 
 
+@functools.cache
 def _settle_statement(dialect: str) -> Any:
     """Insert the handled mark, or set it on a kept row not marked yet (an earlier mark stands)."""
-    if dialect not in _SETTLE:
-        insert = (postgresql if dialect == "postgresql" else sqlite).insert(InboxRow)
-        _SETTLE[dialect] = insert.on_conflict_do_update(index_elements=["key"],
-                                                        set_={"handled_at": insert.excluded.handled_at},
-                                                        where=InboxRow.handled_at.is_(None))
-    return _SETTLE[dialect]
+    insert = _insert(dialect)
+    return insert.on_conflict_do_update(index_elements=["key"], set_={"handled_at": insert.excluded.handled_at},
+                                        where=InboxRow.handled_at.is_(None))
 
 
 def _record(row: Any) -> InboxRecord:
@@ -58,8 +56,9 @@ def _record(row: Any) -> InboxRecord:
                        claimed_at=row.claimed_at, handled_at=row.handled_at)
 
 
-def _insert(conn: Connection) -> Any:
-    return (postgresql if conn.dialect.name == "postgresql" else sqlite).insert(InboxRow)
+def _insert(dialect: str) -> Any:
+    """An INSERT into the inbox that can say what to do on a key already there (dialect-specific)."""
+    return (postgresql if dialect == "postgresql" else sqlite).insert(InboxRow)
 
 
 def settle(conn: Connection, handled: Handled, at: datetime) -> None:
@@ -86,7 +85,7 @@ class InboxRepository:
         def transaction(conn: Connection) -> int:
             rows = [{"key": e.key, "platform": e.platform, "session_key": e.session_key, "payload": e.payload,
                      "received_at": e.received_at, "claimed_by": claimed_by, "claimed_at": at} for e in entries]
-            return int(conn.execute(_insert(conn).values(rows).on_conflict_do_nothing(index_elements=["key"]))
+            return int(conn.execute(_insert(conn.dialect.name).values(rows).on_conflict_do_nothing(index_elements=["key"]))
                        .rowcount or 0)
 
         return await run_write(self._engine, transaction)

@@ -34,6 +34,11 @@ def _state_params(state: EngineState) -> dict[str, Any]:
     return {f"state_{column}": value for column, value in engine_values(state).items()}
 
 
+def _state_binds() -> dict[str, Any]:
+    """The engine-state columns set from the parameters `_state_params` names."""
+    return {c: bindparam(f"state_{c}", type_=_SESSIONS[c].type) for c in _STATE_COLUMNS}
+
+
 def _bump(with_state: bool) -> Any:
     """The counter update that opens every append (with the engine state saved in it, or not): built once,
     values bound at execution (building it costs several times what running it on SQLite does)."""
@@ -42,7 +47,7 @@ def _bump(with_state: bool) -> Any:
                               "message_count": SessionRow.message_count + added,
                               "token_count": SessionRow.token_count + bindparam("tokens"), "last_active_at": at}
     if with_state:
-        values.update({c: bindparam(f"state_{c}", type_=_SESSIONS[c].type) for c in _STATE_COLUMNS})
+        values.update(_state_binds())
     return (update(SessionRow).where(SessionRow.id == bindparam("session_id"), SessionRow.ended_at.is_(None))
             .values(**values).returning(SessionRow.last_seq))
 
@@ -52,7 +57,7 @@ _BUMP, _BUMP_WITH_STATE = _bump(False), _bump(True)
 _STATE_IF_CURRENT = (update(SessionRow)
                      .where(SessionRow.id == bindparam("session_id"),
                             SessionRow.generation_seq <= bindparam("watermark"))
-                     .values({c: bindparam(f"state_{c}", type_=_SESSIONS[c].type) for c in _STATE_COLUMNS}))
+                     .values(_state_binds()))
 _INSERT_MESSAGES = insert(MessageRow)
 
 
