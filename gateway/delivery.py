@@ -8,8 +8,8 @@ start-up and then periodically, on every worker — claims answers pending for l
 (recovered) or failed. Answers older than ``delivery.freshness_seconds`` are marked expired instead: a reply
 to a question asked hours ago would only confuse.
 
-A turn's answer is written as a draft (`Deliveries.draft`) and made pending in the transaction that stores the
-turn (`gateway.turns.TurnAnswer`), so the two are never stored one without the other.
+A turn's answer (`Deliveries.new_answer`) is written by the transaction that stores the turn
+(`gateway.turns.TurnAnswer`), so the two are never stored one without the other.
 
 If the ledger itself cannot be written (database down), the answer is still sent: a reply the user sees
 matters more than its bookkeeping.
@@ -22,9 +22,8 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
 from adapters.base import Adapter, ChatRef, Outbound, SendError
-from gateway.durability import is_storage_outage
 from gateway.metrics import Metrics
-from gateway.store import Store
+from gateway.store import NewAnswer, Store
 
 __all__ = ["Deliveries"]
 
@@ -46,28 +45,17 @@ class Deliveries:
     async def record(self, out: Outbound, session_id: str | None) -> int | None:
         """Store ``out`` as pending; its id, or None when the ledger could not be written (logged)."""
         try:
-            return await self._insert(out, session_id, draft=False)
+            return await self.store.deliveries.record(self.new_answer(out, session_id), at=self.clock())
         except Exception as exc:
             log.warning("delivery ledger unavailable (%s); sending the answer without a record",
                         type(exc).__name__)
             return None
 
-    async def draft(self, out: Outbound, session_id: str | None) -> int | None:
-        """Store a turn's answer as a draft, armed with the turn; its id. A storage outage propagates (the
-        turn's store waits it out, and this with it); any other failure is logged and gives None."""
-        try:
-            return await self._insert(out, session_id, draft=True)
-        except Exception as exc:
-            if is_storage_outage(exc):
-                raise
-            log.warning("delivery ledger refused the answer (%s); sending it without a record", type(exc).__name__)
-            return None
-
-    async def _insert(self, out: Outbound, session_id: str | None, *, draft: bool) -> int:
+    def new_answer(self, out: Outbound, session_id: str | None) -> NewAnswer:
+        """The ledger row of ``out``, for the transaction that stores its turn to write (`gateway.store.Handled`)."""
         chat = out.chat
-        return await self.store.deliveries.record(
-            platform=chat.platform, chat_id=chat.chat_id, thread_id=chat.thread_id, reply_to=out.reply_to_message_id,
-            text=out.text, session_id=session_id, worker=self.worker, at=self.clock(), draft=draft)
+        return NewAnswer(platform=chat.platform, chat_id=chat.chat_id, thread_id=chat.thread_id,
+                         reply_to=out.reply_to_message_id, text=out.text, session_id=session_id, worker=self.worker)
 
     async def send(self, adapter: Adapter, out: Outbound, delivery_id: int | None) -> None:
         """Deliver ``out`` and confirm it in the ledger; a send that fails is left pending for recovery."""

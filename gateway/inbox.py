@@ -104,9 +104,9 @@ class Inbox:
         self.storage.succeeded()
         self._kept.update(e.key for e in entries)
 
-    def marker(self, inbound: Inbound, key: SessionKey, answers: tuple[int, ...] = ()) -> Handled:
+    def marker(self, inbound: Inbound, key: SessionKey) -> Handled:
         """What marks ``inbound`` handled inside the transaction that stores its turn."""
-        return Handled(inbound_key(inbound), inbound.platform, str(key), answers)
+        return Handled(inbound_key(inbound), inbound.platform, str(key))
 
     def release(self, inbound: Inbound) -> None:
         """This worker no longer holds ``inbound`` unhandled — marked handled with its turn, or its handling

@@ -10,8 +10,8 @@ the one it read; otherwise it appends too.
 A storage outage at the end of the turn is ridden out (`StorageGuard.run`): the answer is sent once the turn's
 messages are stored, never before, and never lost.
 
-A turn's answer is stored with the turn (`TurnAnswer`): written to the delivery ledger as a draft, then made
-pending — and the inbound message marked handled — in the very transaction that appends the turn's messages.
+A turn's answer is stored with the turn (`TurnAnswer`): written to the delivery ledger, pending — and the
+inbound message marked handled — in the very transaction that appends the turn's messages.
 A worker that dies before that transaction leaves nothing (a retry runs the turn afresh); one that dies after
 it leaves the turn stored, the message marked handled and the answer pending: a retry finds the mark and does
 not run the turn again, and the ledger's recovery sends the answer, once.
@@ -57,7 +57,7 @@ REWRITE_REASON = "history rewritten by the agent"
 class TurnAnswer:
     """How a turn's end is stored (see the module docstring): ``handled`` marks the inbound message, and
     ``compose`` makes the answer to send from the result (None: nothing to send). `agent_turn` fills in
-    ``out`` and its ledger row ``delivery_id`` (None when the ledger could not take it)."""
+    ``out`` and, once the turn is stored, its ledger row ``delivery_id``."""
 
     handled: Handled
     compose: Callable[[TurnResult], Outbound | None]
@@ -65,13 +65,15 @@ class TurnAnswer:
     out: Outbound | None = None
     delivery_id: int | None = None
 
-    async def marker(self, session_id: str) -> Handled:
-        """The mark to store with the turn, its answer drafted in the ledger first (once, however often the
-        turn's store is retried)."""
-        if self.out is not None and self.delivery_id is None:
-            self.delivery_id = await self.ledger.draft(self.out, session_id)
-        answers = (self.delivery_id,) if self.delivery_id is not None else ()
-        return dataclasses.replace(self.handled, answers=answers)
+    def marker(self, session_id: str) -> Handled:
+        """The mark to store with the turn, carrying its answer: a fresh row for every attempt (one whose
+        transaction failed rolled back with it)."""
+        answer = self.ledger.new_answer(self.out, session_id) if self.out is not None else None
+        return dataclasses.replace(self.handled, answer=answer)
+
+    def stored(self, handled: Handled) -> None:
+        """The turn was stored with ``handled``: its answer's row is the one to confirm."""
+        self.delivery_id = handled.answer.id if handled.answer is not None else None
 
 
 async def agent_turn(
@@ -143,8 +145,10 @@ async def agent_turn(
         answer.out = answer.compose(result)
 
     async def store() -> None:
-        handled = await answer.marker(live.id) if answer is not None else None
+        handled = answer.marker(live.id) if answer is not None else None
         await persist_turn(sessions, live, result, saved=saved, handled=handled)
+        if answer is not None and handled is not None:
+            answer.stored(handled)
 
     await guard.run(store, f"the turn of session {live.id} is held until it is stored")
     return result

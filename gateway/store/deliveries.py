@@ -5,8 +5,8 @@ A worker that crashed between storing an answer and the platform's confirmation 
 ``resending``: of several workers racing for a row, one changes it), which sends it once more and marks it
 ``sent`` (recovered) or ``failed``; a row older than the freshness window is marked ``expired`` instead.
 
-A turn's answer is recorded as a ``draft`` first and made ``pending`` by `arm_drafts` inside the transaction
-that stores the turn (`gateway.store.inbox.settle`): the turn and its answer are stored together or not at all.
+A turn's answer is written by `insert_answer` inside the transaction that stores the turn
+(`gateway.store.inbox.settle`): the turn and its answer are stored together or not at all.
 """
 
 from __future__ import annotations
@@ -18,24 +18,22 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from agent.storable import storable_text
 from gateway.store._rows import utcnow
 from gateway.store.database import read, run_write, write
 from gateway.store.models import DeliveryRow
-from gateway.store.records import DeliveryRecord
+from gateway.store.records import DeliveryRecord, NewAnswer
 
-__all__ = ["DeliveryRepository", "arm_drafts"]
+__all__ = ["DeliveryRepository", "insert_answer"]
 
-DRAFT, PENDING, RESENDING, SENT, FAILED, EXPIRED = "draft", "pending", "resending", "sent", "failed", "expired"
+# Rows in status "draft" were written by earlier versions for turns that were never stored: never sent.
+PENDING, RESENDING, SENT, FAILED, EXPIRED = "pending", "resending", "sent", "failed", "expired"
 
 
-# Twice per answer (`record`, `mark_sent`) and once per turn (`arm_drafts`): built once, values bound at
-# execution.
+# Once per answer each (`insert_answer`, `mark_sent`): built once, values bound at execution.
 _RECORD = insert(DeliveryRow)
 _MARK_SENT = update(DeliveryRow).where(DeliveryRow.id == bindparam("delivery_id")).values(
     status=SENT, sent_at=bindparam("sent", type_=DeliveryRow.__table__.c.sent_at.type))
-_ARM = update(DeliveryRow).where(DeliveryRow.id.in_(bindparam("ids", expanding=True)),
-                                 DeliveryRow.status == DRAFT).values(
-    status=PENDING, created_at=bindparam("armed", type_=DeliveryRow.__table__.c.created_at.type))
 
 
 def _record(row: Any) -> DeliveryRecord:
@@ -51,15 +49,10 @@ class DeliveryRepository:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
 
-    async def record(self, *, platform: str, chat_id: str, thread_id: str | None, reply_to: str | None,
-                     text: str, session_id: str | None, worker: str, at: datetime | None = None,
-                     draft: bool = False) -> int:
-        """Store an answer about to be sent (status pending, or draft until `arm_drafts`); return its id."""
-        # Twice per answer (here and `mark_sent`): one round trip each on SQLite (run_write).
-        values = {"session_id": session_id, "platform": platform, "chat_id": chat_id, "thread_id": thread_id,
-                  "reply_to": reply_to, "text": text, "status": DRAFT if draft else PENDING,
-                  "created_at": at or utcnow(), "worker": worker}
-        return await run_write(self._engine, lambda conn: int(conn.execute(_RECORD, values).inserted_primary_key[0]))
+    async def record(self, answer: NewAnswer, at: datetime | None = None) -> int:
+        """Store an answer about to be sent (status pending) in a transaction of its own; return its id."""
+        at = at or utcnow()
+        return await run_write(self._engine, lambda conn: insert_answer(conn, answer, at))
 
     async def mark_sent(self, delivery_id: int) -> None:
         """The platform confirmed the answer."""
@@ -115,8 +108,10 @@ class DeliveryRepository:
             return {status: int(count) for status, count in rows}
 
 
-def arm_drafts(conn: Connection, delivery_ids: Sequence[int], at: datetime) -> None:
-    """Inside a write transaction: make these draft answers pending as of ``at`` (recovery measures from then,
-    not from when the draft was written, which may be an outage ago)."""
-    if delivery_ids:
-        conn.execute(_ARM, {"ids": list(delivery_ids), "armed": at})
+def insert_answer(conn: Connection, answer: NewAnswer, at: datetime) -> int:
+    """Inside a write transaction: store ``answer`` as pending as of ``at``; its id, also set on ``answer``."""
+    values = {"session_id": answer.session_id, "platform": answer.platform, "chat_id": answer.chat_id,
+              "thread_id": answer.thread_id, "reply_to": answer.reply_to, "text": storable_text(answer.text),
+              "status": PENDING, "created_at": at, "worker": answer.worker}
+    answer.id = int(conn.execute(_RECORD, values).inserted_primary_key[0])
+    return answer.id

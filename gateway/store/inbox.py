@@ -5,7 +5,7 @@ message was handled.
 is). `settle` marks a message handled inside the transaction that stores what handling it produced
 (`MessageRepository.append`, `CompactionRepository.replace_active`, `SessionRepository.save_engine_state`, or
 `mark_handled` alone): the row is created when the message was never kept (its platform redelivers by itself),
-and the ledger's draft answers of that handling become pending in the same transaction. `claim_stale` hands
+and the answer of that handling is written to the delivery ledger in the same transaction. `claim_stale` hands
 each row a dead worker left unhandled to one worker only: one UPDATE over a sub-select that PostgreSQL locks
 with ``FOR UPDATE SKIP LOCKED`` (on SQLite the database's write lock serializes the claimers).
 """
@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.store._rows import utcnow
 from gateway.store.database import read, run_read, run_write
-from gateway.store.deliveries import arm_drafts
+from gateway.store.deliveries import insert_answer
 from gateway.store.models import InboxRow
 from gateway.store.records import Handled, InboxEntry, InboxRecord
 
@@ -62,12 +62,13 @@ def _insert(dialect: str) -> Any:
 
 
 def settle(conn: Connection, handled: Handled, at: datetime) -> None:
-    """Inside a write transaction: mark ``handled`` handled as of ``at`` (an earlier mark stands) and make its
-    draft answers pending."""
+    """Inside a write transaction: mark ``handled`` handled as of ``at`` (an earlier mark stands) and store its
+    answer, pending."""
     conn.execute(_settle_statement(conn.dialect.name), {
         "key": handled.key, "platform": handled.platform, "session_key": handled.session_key, "payload": None,
         "received_at": at, "handled_at": at})
-    arm_drafts(conn, handled.answers, at)
+    if handled.answer is not None:
+        insert_answer(conn, handled.answer, at)
 
 
 class InboxRepository:

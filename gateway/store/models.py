@@ -148,8 +148,8 @@ class DeliveryRow(Base):
 
     ``status``: pending (stored, not confirmed) → sent; or pending → resending (claimed by one worker for its
     one resend after a crash) → sent / failed; or pending → expired (too old to be worth sending). A turn's
-    answer starts as draft and becomes pending in the transaction that stores the turn; a draft whose turn
-    was never stored (its worker died first) is never sent.
+    answer is written by the transaction that stores the turn. (Earlier versions wrote it as a draft first;
+    a draft left over is never sent.)
     """
 
     __tablename__ = "deliveries"

@@ -226,15 +226,33 @@ class InboxRecord:
     handled_at: datetime | None
 
 
+@dataclass(slots=True)
+class NewAnswer:
+    """An answer for the delivery ledger, written (pending) by the transaction that stores its turn.
+
+    ``id`` is its row's id, set by that transaction: read it once the store returned. A transaction that
+    failed may have set it before rolling back, so each attempt to store a turn takes a fresh one.
+    """
+
+    platform: str
+    chat_id: str
+    thread_id: str | None
+    reply_to: str | None
+    text: str
+    session_id: str | None
+    worker: str
+    id: int | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Handled:
     """An inbound message marked handled in the transaction that stores what handling it produced, with the
-    ledger's draft answers (``answers``, their ids) made pending in that same transaction."""
+    handling's ``answer`` written to the delivery ledger in that same transaction."""
 
     key: str
     platform: str
     session_key: str
-    answers: tuple[int, ...] = ()
+    answer: NewAnswer | None = None
 
 
 @dataclass(frozen=True, slots=True)

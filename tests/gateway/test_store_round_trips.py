@@ -36,9 +36,9 @@ async def test_a_message_costs_one_read_and_one_write_transaction(
     for text in ("second", "third"):
         await adapter.say(text)
     # Per message: one read (the session, the chat's pins — another worker may have pinned — and whether the
-    # store marks the message handled: a retry of a turn stored before a crash); the turn's write, and the
-    # delivery ledger's two (the answer drafted before the turn's write arms it, marked sent once confirmed).
-    assert sorted(transactions) == [False] * 2 + [True] * 6
+    # store marks the message handled: a retry of a turn stored before a crash); the turn's write, which
+    # stores its answer in the delivery ledger too, and the ledger's mark once the platform confirmed it.
+    assert sorted(transactions) == [False] * 2 + [True] * 4
     assert driver_calls == []  # nothing went through aiosqlite's one-call-per-round-trip path
     assert adapter.texts()[-2:] == ["noted", "noted"]
 

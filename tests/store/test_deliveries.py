@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
-from gateway.store import Store
+from gateway.store import NewAnswer, Store
 
 
 async def _record(store: Store, text: str, at: datetime, platform: str = "telegram") -> int:
-    return await store.deliveries.record(platform=platform, chat_id="-100", thread_id=None, reply_to="7",
-                                         text=text, session_id="s1", worker="w1", at=at)
+    return await store.deliveries.record(NewAnswer(platform=platform, chat_id="-100", thread_id=None, reply_to="7",
+                                                   text=text, session_id="s1", worker="w1"), at=at)
 
 
 async def test_an_answer_is_pending_until_confirmed(store: Store) -> None:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gateway.store import Handled, InboxEntry, SessionEnded, Store
+from gateway.store import Handled, InboxEntry, NewAnswer, SessionEnded, Store
 from tests.store.conftest import assistant, user
 
 
@@ -17,13 +17,13 @@ def _entry(n: int, at: datetime, platform: str = "telegram") -> InboxEntry:
                       payload=f'{{"n": {n}}}', received_at=at)
 
 
-def _handled(n: int, answers: tuple[int, ...] = ()) -> Handled:
-    return Handled(key=f"inbound:telegram:5:{n}", platform="telegram", session_key="telegram:dm:5", answers=answers)
+def _handled(n: int, answer: NewAnswer | None = None) -> Handled:
+    return Handled(key=f"inbound:telegram:5:{n}", platform="telegram", session_key="telegram:dm:5", answer=answer)
 
 
-async def _draft(store: Store, text: str) -> int:
-    return await store.deliveries.record(platform="telegram", chat_id="5", thread_id=None, reply_to="1", text=text,
-                                         session_id=None, worker="w1", draft=True)
+def _answer(text: str) -> NewAnswer:
+    return NewAnswer(platform="telegram", chat_id="5", thread_id=None, reply_to="1", text=text, session_id=None,
+                     worker="w1")
 
 
 async def test_a_batch_is_kept_once_and_claimed_by_its_receiver(store: Store) -> None:
@@ -68,28 +68,29 @@ async def test_a_turn_its_handled_mark_and_its_answer_are_stored_together(store:
     session = await store.sessions.get_or_create_active("telegram", "dm:5")
     now = datetime.now(UTC)
     await store.inbox.keep([_entry(1, now)], "w1#a", at=now)
-    answer = await _draft(store, "re: hi")
-    await store.messages.append(session.id, [user("hi"), assistant("re: hi")], [2, 3], handled=_handled(1, (answer,)))
+    answer = _answer("re: hi\x00")
+    await store.messages.append(session.id, [user("hi"), assistant("re: hi")], [2, 3], handled=_handled(1, answer))
     row = await store.inbox.get("inbound:telegram:5:1")
     assert row is not None and row.handled_at is not None and await store.inbox.handled(row.key)
-    delivery = await store.deliveries.get(answer)
-    assert delivery is not None and delivery.status == "pending"
-    # Never sent twice: a second settle (a retried write) leaves the answer pending and the first mark standing.
-    await store.inbox.mark_handled(_handled(1, (answer,)))
+    assert answer.id is not None
+    delivery = await store.deliveries.get(answer.id)
+    # Pending from the turn's own write; a NUL (which PostgreSQL refuses) cannot make the turn unstorable.
+    assert delivery is not None and delivery.status == "pending" and delivery.text == "re: hi\ufffd"
+    assert delivery.created_at == row.handled_at
+    # A second settle (a mark stored again) leaves the first mark standing.
+    await store.inbox.mark_handled(_handled(1))
     assert (await store.inbox.get(row.key)).handled_at == row.handled_at  # type: ignore[union-attr]
 
 
-async def test_a_turn_that_is_not_stored_leaves_its_message_unhandled_and_its_answer_a_draft(store: Store) -> None:
+async def test_a_turn_that_is_not_stored_leaves_its_message_unhandled_and_no_answer(store: Store) -> None:
     session = await store.sessions.get_or_create_active("telegram", "dm:5")
     await store.sessions.end(session.id, "new")
     now = datetime.now(UTC)
     await store.inbox.keep([_entry(1, now)], "w1#a", at=now)
-    answer = await _draft(store, "re: hi")
     with pytest.raises(SessionEnded):
-        await store.messages.append(session.id, [user("hi")], [2], handled=_handled(1, (answer,)))
+        await store.messages.append(session.id, [user("hi")], [2], handled=_handled(1, _answer("re: hi")))
     assert not await store.inbox.handled("inbound:telegram:5:1")
-    assert (await store.deliveries.get(answer)).status == "draft"  # type: ignore[union-attr]
-    assert await store.deliveries.claim_unconfirmed(now + timedelta(hours=1), "w2") == []  # a draft is never sent
+    assert await store.deliveries.counts() == {}  # the answer rolled back with its turn: nothing to send
 
 
 async def test_a_message_never_kept_is_recorded_once_handled_and_never_claimed(store: Store) -> None:
