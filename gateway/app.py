@@ -280,9 +280,7 @@ class Gateway:
     def __post_init__(self) -> None:
         settings = self.rt.settings
         self.sessions = SessionManager(self.rt)
-        self.deliveries = Deliveries(
-            self.rt.store, self.rt.metrics, self.rt.worker_id, resend_after_s=settings.delivery.resend_after_seconds,
-            freshness_s=settings.delivery.freshness_seconds, clock=self.rt.clock)
+        self.deliveries = Deliveries.for_runtime(self.rt)
         self.inbox = Inbox.for_runtime(self.rt)
         self.router = Router(self.sessions, deliveries=self.deliveries, inbox=self.inbox)
         gw = settings.gateway

@@ -276,11 +276,16 @@ class DeliverySettings(BaseModel):
     resend_after_seconds: float = Field(default=120.0, gt=0)
     # Unconfirmed answers older than this are not sent any more (marked expired).
     freshness_seconds: float = Field(default=3600.0, gt=0)
+    # Answers no longer pending (sent, failed, expired) are deleted from the ledger this long after they were
+    # stored; the history keeps every answer.
+    keep_seconds: float = Field(default=7 * 86400.0, gt=0)
 
     @model_validator(mode="after")
     def _window(self) -> DeliverySettings:
         if self.freshness_seconds <= self.resend_after_seconds:
             raise ValueError("delivery.freshness_seconds must be longer than delivery.resend_after_seconds")
+        if self.keep_seconds <= self.freshness_seconds:
+            raise ValueError("delivery.keep_seconds must be longer than delivery.freshness_seconds")
         return self
 
 

@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 
 from adapters.base import Adapter, ChatRef, Outbound, SendError
 from gateway.metrics import Metrics
+from gateway.runtime import Runtime
 from gateway.store import NewAnswer, Store
 
 __all__ = ["Deliveries"]
@@ -34,13 +35,21 @@ class Deliveries:
     """The ledger-backed send path of one worker."""
 
     def __init__(self, store: Store, metrics: Metrics, worker: str, *, resend_after_s: float,
-                 freshness_s: float, clock: Callable[[], datetime]) -> None:
+                 freshness_s: float, keep_s: float, clock: Callable[[], datetime]) -> None:
         self.store = store
         self.metrics = metrics
         self.worker = worker
         self.resend_after = timedelta(seconds=resend_after_s)
         self.freshness = timedelta(seconds=freshness_s)
+        self.keep = timedelta(seconds=keep_s)
         self.clock = clock
+
+    @classmethod
+    def for_runtime(cls, rt: Runtime) -> Deliveries:
+        """The ledger's send path as configured (``delivery.*``)."""
+        settings = rt.settings.delivery
+        return cls(rt.store, rt.metrics, rt.worker_id, resend_after_s=settings.resend_after_seconds,
+                   freshness_s=settings.freshness_seconds, keep_s=settings.keep_seconds, clock=rt.clock)
 
     async def record(self, out: Outbound, session_id: str | None) -> int | None:
         """Store ``out`` as pending; its id, or None when the ledger could not be written (logged)."""
@@ -85,6 +94,7 @@ class Deliveries:
         if expired:
             log.warning("delivery ledger: %d unconfirmed answer(s) older than %s expired, not sent", expired,
                         self.freshness)
+        await self.store.deliveries.prune(now - self.keep)
         claimed = await self.store.deliveries.claim_unconfirmed(now - self.resend_after, self.worker,
                                                                 platforms=tuple(adapters))
         for delivery in claimed:

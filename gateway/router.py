@@ -136,9 +136,7 @@ class Router:
         # The runtime's metrics always listen; a sink given here hears every event too.
         self.events: EventSink = self.metrics if events is None else fan_out(self.metrics, events)
         self.context = GroupContext(self.settings.gateway.group_context_limit)
-        self.deliveries = deliveries or Deliveries(
-            rt.store, rt.metrics, rt.worker_id, resend_after_s=self.settings.delivery.resend_after_seconds,
-            freshness_s=self.settings.delivery.freshness_seconds, clock=rt.clock)
+        self.deliveries = deliveries or Deliveries.for_runtime(rt)
         self.inbox = inbox or Inbox.for_runtime(rt)
         self._queues: SessionQueues[SessionKey, tuple[Inbound | Batch, Adapter, Turn]] = \
             SessionQueues(self._process_logged)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, func, insert, select, update
+from sqlalchemy import Connection, bindparam, delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent.storable import storable_text
@@ -73,6 +73,11 @@ class DeliveryRepository:
             result = await conn.execute(update(DeliveryRow).where(
                 DeliveryRow.status == PENDING, DeliveryRow.created_at < cutoff).values(status=EXPIRED))
         return int(result.rowcount or 0)
+
+    async def prune(self, stored_before: datetime) -> int:
+        """Forget the answers stored before ``stored_before`` that are no longer pending; how many."""
+        query = delete(DeliveryRow).where(DeliveryRow.status != PENDING, DeliveryRow.created_at < stored_before)
+        return await run_write(self._engine, lambda conn: int(conn.execute(query).rowcount or 0))
 
     async def claim_unconfirmed(self, older_than: datetime, worker: str, *, platforms: Sequence[str] | None = None,
                                 limit: int = 100) -> list[DeliveryRecord]:

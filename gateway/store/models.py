@@ -32,6 +32,7 @@ __all__ = ["Base", "ChatSettingRow", "CompactionRow", "DeliveryRow", "InboxRow",
 _BigId = BigInteger().with_variant(Integer(), "sqlite")
 _OPEN = text("ended_at IS NULL")
 _PENDING = text("status = 'pending'")
+_SETTLED = text("status <> 'pending'")
 _UNHANDLED = text("handled_at IS NULL")
 
 
@@ -149,7 +150,8 @@ class DeliveryRow(Base):
     ``status``: pending (stored, not confirmed) → sent; or pending → resending (claimed by one worker for its
     one resend after a crash) → sent / failed; or pending → expired (too old to be worth sending). A turn's
     answer is written by the transaction that stores the turn. (Earlier versions wrote it as a draft first;
-    a draft left over is never sent.)
+    a draft left over is never sent.) Rows no longer pending are deleted ``delivery.keep_seconds`` after they
+    were stored: the history keeps every answer, the ledger only has to outlive its resend window.
     """
 
     __tablename__ = "deliveries"
@@ -169,6 +171,7 @@ class DeliveryRow(Base):
 
     __table_args__ = (
         Index("ix_deliveries_pending", "created_at", sqlite_where=_PENDING, postgresql_where=_PENDING),
+        Index("ix_deliveries_settled", "created_at", sqlite_where=_SETTLED, postgresql_where=_SETTLED),
     )
 class InboxRow(Base):
     """An inbound message kept from receipt until handled (`gateway.inbox`), and afterwards the store's record

@@ -150,3 +150,10 @@ def test_discord_role_ids_must_be_numeric(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("CONCORD_DISCORD__ADMIN_ROLE_IDS", "Moderators")
     with pytest.raises(ConfigError, match="admin_role_names"):
         load_settings()
+
+
+def test_delivery_windows_must_nest(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert load_settings().delivery.keep_seconds == 7 * 86400
+    monkeypatch.setenv("CONCORD_DELIVERY__KEEP_SECONDS", "600")  # shorter than the 3,600 s freshness
+    with pytest.raises(ConfigError, match="keep_seconds must be longer than delivery.freshness_seconds"):
+        load_settings()

@@ -85,3 +85,22 @@ async def test_a_failed_resend_is_given_up_and_old_answers_expire(gateway_factor
     await gateway.recover_deliveries()
     assert adapter.sent == []  # an answer two hours late is not sent
     assert await gateway.rt.store.deliveries.counts() == {"failed": 1, "expired": 1}
+
+
+async def test_answers_no_longer_pending_are_forgotten_after_keep_seconds(gateway_factory: GatewayFactory,
+                                                                           fake_llm: FakeLLMServer) -> None:
+    clock = Clock()
+    gateway, _ = await gateway_factory(clock=clock, delivery={"keep_seconds": 86_400})
+    adapter = Refusing()
+    await adapter.start(lambda m: gateway.router.handle(m, adapter))
+    gateway._started = [adapter]
+    await adapter.say("sent at once")
+    adapter.refuse = True
+    await adapter.say("left pending")
+    assert await gateway.rt.store.deliveries.counts() == {"sent": 1, "pending": 1}
+    clock.offset = timedelta(hours=23)
+    await gateway.recover_deliveries()  # the pending one is too old to send: expired, and both are kept a day
+    assert await gateway.rt.store.deliveries.counts() == {"sent": 1, "expired": 1}
+    clock.offset = timedelta(hours=25)
+    await gateway.recover_deliveries()
+    assert await gateway.rt.store.deliveries.counts() == {}

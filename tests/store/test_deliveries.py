@@ -61,3 +61,16 @@ async def test_answers_past_the_freshness_window_expire(store: Store) -> None:
     assert await store.deliveries.expire_older_than(now - timedelta(hours=1)) == 1
     assert (await store.deliveries.get(stale)).status == "expired"  # type: ignore[union-attr]
     assert (await store.deliveries.get(recent)).status == "pending"  # type: ignore[union-attr]
+
+
+async def test_pruning_forgets_only_old_answers_no_longer_pending(store: Store) -> None:
+    now = datetime.now(UTC)
+    old_sent = await _record(store, "sent last week", now - timedelta(days=8))
+    await store.deliveries.mark_sent(old_sent)
+    old_pending = await _record(store, "still pending", now - timedelta(days=8))
+    recent_sent = await _record(store, "sent today", now - timedelta(hours=1))
+    await store.deliveries.mark_sent(recent_sent)
+    assert await store.deliveries.prune(now - timedelta(days=7)) == 1
+    assert await store.deliveries.get(old_sent) is None
+    assert (await store.deliveries.get(old_pending)).status == "pending"  # type: ignore[union-attr]
+    assert (await store.deliveries.get(recent_sent)).status == "sent"  # type: ignore[union-attr]
