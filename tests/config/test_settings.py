@@ -155,5 +155,5 @@ def test_discord_role_ids_must_be_numeric(monkeypatch: pytest.MonkeyPatch) -> No
 def test_delivery_windows_must_nest(monkeypatch: pytest.MonkeyPatch) -> None:
     assert load_settings().delivery.keep_seconds == 7 * 86400
     monkeypatch.setenv("CONCORD_DELIVERY__KEEP_SECONDS", "600")  # shorter than the 3,600 s freshness
-    with pytest.raises(ConfigError, match="keep_seconds must be longer than delivery.freshness_seconds"):
+    with pytest.raises(ConfigError, match=r"keep_seconds must be longer than delivery\.freshness_seconds"):
         load_settings()
