@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.compression.redact import redact_secrets
+from agent.compression.redact import _FOLDED_GATES, _PLAIN_GATES, redact_secrets
 from agent.compression.secret_rules import RULES, fold_ascii
 from bench._redaction_corpus import negatives, planted_secrets, positives
 from bench.corpus import corpus_dir, iter_transcripts
@@ -84,3 +84,12 @@ def test_labelled_and_real_corpus_lines() -> None:
         lines += texts[::40]
     for line in lines:
         assert redact_secrets(line) == redact_ungated(line), line[:120]
+
+
+def test_the_one_pass_gate_scan_finds_every_gate_of_every_rule() -> None:
+    for index, rule in enumerate(RULES):
+        scan = _FOLDED_GATES if rule.folded else _PLAIN_GATES
+        for gate in rule.gates:
+            text = f"a {gate}b"
+            assert index in scan.rules_in(fold_ascii(text) if rule.folded else text), (rule.name, gate)
+    assert _PLAIN_GATES.rules_in("nothing to see here") == set()
