@@ -9,7 +9,9 @@ duplicate) serves the next ticket.
 
 A ticket whose worker died before handling it would stop the session forever, so a ticket served for longer
 than ``stale_after_s`` with nobody handling it is skipped (that message is then lost to this worker — the
-platform's redelivery brings it back, with a new ticket). Redis failing means no ticket: the message is
+platform's redelivery brings it back, with a new ticket). A message the inbox takes over from a stopped worker
+`rejoin`s instead: it takes the ticket being served — the one stuck since its worker died, most likely its
+own — so it is handled before the messages that arrived after it, and they stop waiting for the skip. Redis failing means no ticket: the message is
 handled in the order the lock gives (fail-open), as without this module.
 
 Inside one worker a session's tickets are drawn one at a time: concurrent draws go out over different pooled
@@ -54,6 +56,10 @@ class ArrivalOrder(ABC):
         """Draw the next ticket of ``key`` (``Turn(None)``: no cross-worker order, handle when the lock allows)."""
 
     @abstractmethod
+    async def rejoin(self, key: str) -> Turn:
+        """A ticket for a message taken over from a stopped worker: the one being served (handled next)."""
+
+    @abstractmethod
     async def ready(self, key: str, turn: Turn) -> bool:
         """With the turn lock held: whether ``turn`` may be handled now (skipping a dead worker's ticket)."""
 
@@ -66,6 +72,9 @@ class InProcessOrder(ArrivalOrder):
     """One worker: the FIFO queue already keeps arrival order."""
 
     async def arrive(self, key: str) -> Turn:
+        return Turn(None)
+
+    async def rejoin(self, key: str) -> Turn:
         return Turn(None)
 
     async def ready(self, key: str, turn: Turn) -> bool:
@@ -118,6 +127,16 @@ class RedisArrivalOrder(ArrivalOrder):
             self._failed("order_arrive", exc)
             return Turn(None)
         return Turn(int(ticket))
+
+    async def rejoin(self, key: str) -> Turn:
+        _, serving_key = self._keys(key)
+        try:
+            raw = await self._client.get(serving_key)
+        except RedisError as exc:
+            self._failed("order_rejoin", exc)
+            return Turn(None)
+        # Nothing served (the session's counters expired): no ticket is stuck, so a fresh one waits for nobody.
+        return Turn(int(raw)) if raw is not None else await self.arrive(key)
 
     async def ready(self, key: str, turn: Turn) -> bool:
         if turn.ticket is None:

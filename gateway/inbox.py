@@ -76,6 +76,7 @@ class Inbox:
         self.keep_handled = timedelta(seconds=keep_handled_s)
         self.clock = clock
         self._kept: set[str] = set()  # keys this process kept or took over and has not marked handled yet
+        self._taken: set[str] = set()  # of those, the ones taken over from a stopped worker
 
     @classmethod
     def for_runtime(cls, rt: Runtime) -> Inbox:
@@ -108,10 +109,16 @@ class Inbox:
         """What marks ``inbound`` handled inside the transaction that stores its turn."""
         return Handled(inbound_key(inbound), inbound.platform, str(key))
 
+    def taken_over(self, inbound: Inbound) -> bool:
+        """Whether this worker took ``inbound`` over from a stopped worker and has not finished with it."""
+        return inbound_key(inbound) in self._taken
+
     def release(self, inbound: Inbound) -> None:
         """This worker no longer holds ``inbound`` unhandled — marked handled with its turn, or its handling
         stopped short: its claim is not renewed any more (recovery hands it on once stale, if unhandled)."""
-        self._kept.discard(inbound_key(inbound))
+        key = inbound_key(inbound)
+        self._kept.discard(key)
+        self._taken.discard(key)
 
     async def settle(self, inbound: Inbound) -> None:
         """Mark ``inbound`` handled if this worker kept it and has not marked it yet; a failure is only logged
@@ -120,6 +127,7 @@ class Inbox:
         if key not in self._kept:
             return
         self._kept.discard(key)
+        self._taken.discard(key)
         try:
             await self.store.inbox.mark_handled(self.marker(inbound, self.session_of(inbound)))
         except Exception as exc:
@@ -144,6 +152,8 @@ class Inbox:
                 log.warning("inbox: row %d cannot be read (%s); dropped", row.id, type(exc).__name__)
                 await self.store.inbox.mark_handled(Handled(row.key, row.platform, row.session_key))
                 self._kept.discard(row.key)
+                continue
+            self._taken.add(row.key)
         if rows:
             log.warning("inbox: taking over %d message(s) a stopped worker left unhandled (the oldest received "
                         "%s)", len(rows), rows[0].received_at.isoformat(timespec="seconds"))

@@ -140,7 +140,11 @@ class Router:
         self.inbox = inbox or Inbox.for_runtime(rt)
         self._queues: SessionQueues[SessionKey, tuple[Inbound | Batch, Adapter, Turn]] = \
             SessionQueues(self._process_logged)
-        self.metrics.instruments.watch_queue(lambda: self._queues.depth)
+        # Messages taken over from a stopped worker queue in lanes of their own: a later message of the session
+        # queued here first may be waiting for the very ticket one of them holds (`ArrivalOrder.rejoin`).
+        self._rejoined: SessionQueues[SessionKey, tuple[Inbound | Batch, Adapter, Turn]] = \
+            SessionQueues(self._process_logged)
+        self.metrics.instruments.watch_queue(lambda: self._queues.depth + self._rejoined.depth)
         self.access = AccessPolicy.from_settings(self.settings)
         self.limiter = RateLimiter(self.settings.limits, rt.limits, rt.clock)
         self.pairing = (Pairing(rt.store.chat_settings, timedelta(minutes=self.settings.gateway.pairing_code_minutes),
@@ -247,8 +251,13 @@ class Router:
                 del self._waiting[key]
 
     async def _enqueue(self, key: SessionKey, item: Inbound | Batch, adapter: Adapter) -> None:
-        """Draw the arrival ticket, then queue ``item`` behind the session's earlier messages in this worker."""
-        turn = await self.sessions.rt.arrivals.arrive(str(key))
+        """Draw the arrival ticket, then queue ``item`` behind the session's earlier messages in this worker; a
+        message taken over from a stopped worker rejoins at the ticket being served (most likely its own)."""
+        arrivals = self.sessions.rt.arrivals
+        if self.inbox.taken_over(item.first if isinstance(item, Batch) else item):
+            await self._rejoined.submit(key, (item, adapter, await arrivals.rejoin(str(key))))
+            return
+        turn = await arrivals.arrive(str(key))
         await self._queues.submit(key, (item, adapter, turn))
 
     async def _admitted(self, inbound: Inbound, adapter: Adapter, admin: bool) -> bool:
@@ -278,7 +287,7 @@ class Router:
 
     async def aclose(self, grace_seconds: float = 30.0) -> None:
         """Stop taking messages and let queued ones finish (graceful shutdown); store every observed line."""
-        await self._queues.aclose(grace_seconds)
+        await asyncio.gather(self._queues.aclose(grace_seconds), self._rejoined.aclose(grace_seconds))
         await self.observer.aclose()
 
     async def _process_logged(self, key: SessionKey, item: tuple[Inbound | Batch, Adapter, Turn]) -> None:

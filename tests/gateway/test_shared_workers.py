@@ -156,3 +156,22 @@ async def test_a_ticket_whose_worker_died_is_skipped_after_the_lock_lifetime(red
         assert await order.ready("s", await order.arrive("s"))
     finally:
         await client.aclose()
+
+
+async def test_a_taken_over_message_rejoins_at_the_stuck_ticket(redis_url: str) -> None:
+    now = [0.0]
+    client = fail_fast_client(redis_url)
+    order = RedisArrivalOrder(client, stale_after_s=5, prefix=f"concord-test:{uuid.uuid4().hex}:",
+                              clock=lambda: now[0])
+    try:
+        assert (await order.rejoin("s")).ticket == 1  # nothing served yet: a fresh ticket, the first
+        await order.served("s", await order.rejoin("s"))
+        lost, later = await order.arrive("s"), await order.arrive("s")  # ticket 2's worker dies
+        assert not await order.ready("s", later)
+        now[0] = 1.0
+        taken = await order.rejoin("s")  # another worker takes the lost message over: no wait for the skip
+        assert taken.ticket == lost.ticket and await order.ready("s", taken)
+        await order.served("s", taken)
+        assert await order.ready("s", later)  # and the later message follows it at once
+    finally:
+        await client.aclose()

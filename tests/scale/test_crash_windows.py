@@ -129,3 +129,36 @@ async def test_a_worker_killed_after_storing_its_turn_does_not_get_it_stored_twi
     assert len(fake_llm.requests) == 1  # the turn ran once
     assert await cluster.metric(1, "concord_answers_redelivered_total") == 1
     assert await cluster.metric(1, "concord_inbound_duplicates_total") == 1
+
+
+async def test_a_message_taken_over_is_answered_before_the_ones_that_came_after_it(
+        cluster_factory: ClusterFactory, fake_llm: FakeLLMServer, fake_telegram: FakeTelegram,
+        database_url: str, redis_url: str) -> None:
+    asked = echo(fake_llm, slow={"slow": 60.0})
+    # The killed poller's message goes stale in the inbox (5 s) well before its arrival ticket would be given up
+    # (a lock's lifetime, 10 s), and the next poller takes the lease (3 s) and draws the next ticket in between.
+    cluster = await cluster_factory(2, CONCORD_TELEGRAM__MODE="polling", CONCORD_TELEGRAM__POLLING_LEASE_SECONDS=3,
+                                    CONCORD_REDIS__LOCK_TIMEOUT_SECONDS=10, CONCORD_INBOX__STALE_AFTER_SECONDS=5)
+    chat = cluster.new_chat()
+    sent: list[Sent] = []
+
+    def say(text: str) -> None:
+        message = fake_telegram.inject_message(text, chat_type="private", chat_id=chat, user_id=chat)
+        sent.append(Sent(chat, message["message_id"], text))
+
+    say("before")
+    await fake_telegram.wait_for_messages(1, within_s=30)
+    poller = await _poller(cluster, redis_url)
+    say("slow")
+    await _until(lambda: "slow" in asked, 30, "the slow turn never started")
+    cluster.kill(poller)
+    killed_at = time.monotonic()
+    say("next")  # fetched by the next poller while the dead one's ticket is still the one being served
+    await _until(lambda: "next" in asked or asked.count("slow") == 2, 30, "nothing was handled after the kill")
+    await fake_telegram.wait_for_messages(len(sent), within_s=30)
+    waited = time.monotonic() - killed_at
+    # In order ("slow", taken over, before "next"), each once; without rejoining, "slow" drew a ticket after
+    # "next", which waited for the dead ticket to be skipped (10 s after it was first seen) and went first.
+    assert await check_exactly_once(sent, fake_telegram.sent_messages, database_url) == []
+    assert asked[-2:] == ["slow", "next"]
+    assert waited < 25.0, waited
