@@ -46,6 +46,17 @@ async def _poller(cluster: Cluster, redis_url: str) -> int:
     raise TimeoutError("no worker took the polling lease")
 
 
+def _private_chat(cluster: Cluster, fake_telegram: FakeTelegram, sent: list[Sent]) -> Callable[[str], None]:
+    """A new private chat: what it says is injected into the fake Telegram and noted in ``sent``."""
+    chat = cluster.new_chat()
+
+    def say(text: str) -> None:
+        message = fake_telegram.inject_message(text, chat_type="private", chat_id=chat, user_id=chat)
+        sent.append(Sent(chat, message["message_id"], text))
+
+    return say
+
+
 async def _until(condition: Callable[[], Awaitable[bool] | bool], within_s: float, what: str) -> None:
     deadline = time.monotonic() + within_s
     while not await _value(condition()):
@@ -65,13 +76,8 @@ async def test_a_poller_killed_mid_turn_leaves_its_message_to_the_next_poller(
     asked = echo(fake_llm, slow=slow)
     cluster = await cluster_factory(2, CONCORD_TELEGRAM__MODE="polling", CONCORD_TELEGRAM__POLLING_LEASE_SECONDS=3,
                                     CONCORD_REDIS__LOCK_TIMEOUT_SECONDS=3, CONCORD_INBOX__STALE_AFTER_SECONDS=3)
-    chat = cluster.new_chat()
     sent: list[Sent] = []
-
-    def say(text: str) -> None:
-        message = fake_telegram.inject_message(text, chat_type="private", chat_id=chat, user_id=chat)
-        sent.append(Sent(chat, message["message_id"], text))
-
+    say = _private_chat(cluster, fake_telegram, sent)
     say("before")
     await fake_telegram.wait_for_messages(1, within_s=30)
     recovered: list[float] = []
@@ -139,13 +145,8 @@ async def test_a_message_taken_over_is_answered_before_the_ones_that_came_after_
     # (a lock's lifetime, 10 s), and the next poller takes the lease (3 s) and draws the next ticket in between.
     cluster = await cluster_factory(2, CONCORD_TELEGRAM__MODE="polling", CONCORD_TELEGRAM__POLLING_LEASE_SECONDS=3,
                                     CONCORD_REDIS__LOCK_TIMEOUT_SECONDS=10, CONCORD_INBOX__STALE_AFTER_SECONDS=5)
-    chat = cluster.new_chat()
     sent: list[Sent] = []
-
-    def say(text: str) -> None:
-        message = fake_telegram.inject_message(text, chat_type="private", chat_id=chat, user_id=chat)
-        sent.append(Sent(chat, message["message_id"], text))
-
+    say = _private_chat(cluster, fake_telegram, sent)
     say("before")
     await fake_telegram.wait_for_messages(1, within_s=30)
     poller = await _poller(cluster, redis_url)
