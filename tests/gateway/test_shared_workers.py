@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from typing import Any
+
+import pytest
 
 from gateway.arrivals import RedisArrivalOrder
 from gateway.claims import RedisClaims
@@ -137,41 +139,48 @@ async def test_messages_arriving_together_at_one_worker_draw_tickets_in_their_or
         assert order._drawing == {}  # nothing kept per session once its draws are done
 
 
-async def test_a_ticket_whose_worker_died_is_skipped_after_the_lock_lifetime(redis_url: str) -> None:
-    now = [0.0]
-    client = fail_fast_client(redis_url)
-    order = RedisArrivalOrder(client, stale_after_s=5, prefix=f"concord-test:{uuid.uuid4().hex}:",
-                              clock=lambda: now[0])
-    try:
-        dead, alive = await order.arrive("s"), await order.arrive("s")
-        assert (dead.ticket, alive.ticket) == (1, 2)
-        assert await order.ready("s", dead)
-        assert not await order.ready("s", alive)  # ticket 1's worker is still expected
-        now[0] = 4.9
-        assert not await order.ready("s", alive)
-        now[0] = 5.1
-        assert await order.ready("s", alive)  # given up on ticket 1
-        await order.served("s", alive)
-        await order.served("s", dead)  # a late handler of the skipped ticket does not move the counter back
-        assert await order.ready("s", await order.arrive("s"))
-    finally:
-        await client.aclose()
+class Clocked:
+    """Arrival tickets in a real Redis (5 s staleness), on a clock the test sets."""
+
+    def __init__(self, redis_url: str) -> None:
+        self.now = 0.0
+        self.client = fail_fast_client(redis_url)
+        self.order = RedisArrivalOrder(self.client, stale_after_s=5, prefix=f"concord-test:{uuid.uuid4().hex}:",
+                                       clock=lambda: self.now)
 
 
-async def test_a_taken_over_message_rejoins_at_the_stuck_ticket(redis_url: str) -> None:
-    now = [0.0]
-    client = fail_fast_client(redis_url)
-    order = RedisArrivalOrder(client, stale_after_s=5, prefix=f"concord-test:{uuid.uuid4().hex}:",
-                              clock=lambda: now[0])
+@pytest.fixture
+async def clocked(redis_url: str) -> AsyncIterator[Clocked]:
+    tickets = Clocked(redis_url)
     try:
-        assert (await order.rejoin("s")).ticket == 1  # nothing served yet: a fresh ticket, the first
-        await order.served("s", await order.rejoin("s"))
-        lost, later = await order.arrive("s"), await order.arrive("s")  # ticket 2's worker dies
-        assert not await order.ready("s", later)
-        now[0] = 1.0
-        taken = await order.rejoin("s")  # another worker takes the lost message over: no wait for the skip
-        assert taken.ticket == lost.ticket and await order.ready("s", taken)
-        await order.served("s", taken)
-        assert await order.ready("s", later)  # and the later message follows it at once
+        yield tickets
     finally:
-        await client.aclose()
+        await tickets.client.aclose()
+
+
+async def test_a_ticket_whose_worker_died_is_skipped_after_the_lock_lifetime(clocked: Clocked) -> None:
+    order = clocked.order
+    dead, alive = await order.arrive("s"), await order.arrive("s")
+    assert (dead.ticket, alive.ticket) == (1, 2)
+    assert await order.ready("s", dead)
+    assert not await order.ready("s", alive)  # ticket 1's worker is still expected
+    clocked.now = 4.9
+    assert not await order.ready("s", alive)
+    clocked.now = 5.1
+    assert await order.ready("s", alive)  # given up on ticket 1
+    await order.served("s", alive)
+    await order.served("s", dead)  # a late handler of the skipped ticket does not move the counter back
+    assert await order.ready("s", await order.arrive("s"))
+
+
+async def test_a_taken_over_message_rejoins_at_the_stuck_ticket(clocked: Clocked) -> None:
+    order = clocked.order
+    assert (await order.rejoin("s")).ticket == 1  # nothing served yet: a fresh ticket, the first
+    await order.served("s", await order.rejoin("s"))
+    lost, later = await order.arrive("s"), await order.arrive("s")  # ticket 2's worker dies
+    assert not await order.ready("s", later)
+    clocked.now = 1.0
+    taken = await order.rejoin("s")  # another worker takes the lost message over: no wait for the skip
+    assert taken.ticket == lost.ticket and await order.ready("s", taken)
+    await order.served("s", taken)
+    assert await order.ready("s", later)  # and the later message follows it at once
