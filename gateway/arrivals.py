@@ -11,8 +11,9 @@ A ticket whose worker died before handling it would stop the session forever, so
 than ``stale_after_s`` with nobody handling it is skipped (that message is then lost to this worker — the
 platform's redelivery brings it back, with a new ticket). A message the inbox takes over from a stopped worker
 `rejoin`s instead: it takes the ticket being served — the one stuck since its worker died, most likely its
-own — so it is handled before the messages that arrived after it, and they stop waiting for the skip. Redis failing means no ticket: the message is
-handled in the order the lock gives (fail-open), as without this module.
+own — so it is handled before the messages that arrived after it, and they stop waiting for the skip. Redis
+failing means no ticket: the message is handled in the order the lock gives (fail-open), as without this
+module.
 
 Inside one worker a session's tickets are drawn one at a time: concurrent draws go out over different pooled
 connections and can be answered in any order, and a message queued in the FIFO ahead of one holding an

@@ -182,7 +182,7 @@ async def _store_unstored(sessions: SessionManager, live: LiveSession,
 async def persist_turn(sessions: SessionManager, live: LiveSession, result: TurnResult, *, saved: int = 0,
                        handled: Handled | None = None) -> None:
     """Store what the turn added and save the engine state, with ``handled`` (the inbound message marked
-    handled, its answer made pending) in the same transaction.
+    handled, its answer written to the delivery ledger) in the same transaction.
 
     ``saved`` is how many of ``result.appended`` the store already holds (inside a compaction persisted during
     the turn). Never raises `StaleWatermark`. Safe to repeat after a storage error: each write is one

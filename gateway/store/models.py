@@ -173,6 +173,8 @@ class DeliveryRow(Base):
         Index("ix_deliveries_pending", "created_at", sqlite_where=_PENDING, postgresql_where=_PENDING),
         Index("ix_deliveries_settled", "created_at", sqlite_where=_SETTLED, postgresql_where=_SETTLED),
     )
+
+
 class InboxRow(Base):
     """An inbound message kept from receipt until handled (`gateway.inbox`), and afterwards the store's record
     that it was handled (until pruned).
