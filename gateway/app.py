@@ -27,6 +27,7 @@ from adapters.console import ConsoleAdapter, input_is_empty
 from agent.compression.engine import ContextEngine, resolve_engine_factory
 from agent.compression.threshold import output_reserve
 from agent.llm.base import Provider
+from agent.llm.failover import FailoverProvider, ModelRoute
 from agent.llm.models import build_provider, build_provider_from_spec, context_length_for, resolve_auxiliary
 from agent.memory import FileMemoryProvider, MemoryProvider
 from agent.tokens import get_counter
@@ -117,11 +118,33 @@ def _provider_options(settings: Settings, base_url: str | None, timeout: float |
     }
 
 
-def main_provider_for(settings: Settings) -> Provider:
-    """The main model's provider as configured (``llm.*``, ``prompt_caching.*``)."""
+def main_provider_for(settings: Settings) -> FailoverProvider:
+    """The configured models as one provider: the main model (``llm.*``, ``prompt_caching.*``) and the
+    ``llm.fallbacks`` it fails over to, each with its own endpoint, key, window and deadline."""
     llm = settings.llm
-    return build_provider(llm.provider, llm.base_url, _secret(llm.api_key), llm.model,
+    main = build_provider(llm.provider, llm.base_url, _secret(llm.api_key), llm.model,
                           **_provider_options(settings, llm.base_url))
+    routes = [_main_route(settings, main)]
+    for fallback in llm.fallbacks:
+        spec = resolve_auxiliary(llm, fallback)
+        provider = build_provider_from_spec(spec, **_provider_options(settings, spec.base_url,
+                                                                      fallback.timeout_seconds))
+        routes.append(ModelRoute(fallback.label, provider, context_length_for(spec.model, spec.context_length),
+                                 fallback.max_tokens))
+    return FailoverProvider(routes, cooldown_seconds=llm.fallback_cooldown_seconds)
+
+
+def _main_route(settings: Settings, provider: Provider) -> ModelRoute:
+    llm = settings.llm
+    return ModelRoute(llm.model or provider.model or "main", provider, context_length_for(llm.model, llm.context_length),
+                      llm.max_tokens)
+
+
+def _as_chain(settings: Settings, provider: Provider) -> FailoverProvider:
+    """``provider`` as a chain of models (a pre-built one, as tests pass, is the main model alone)."""
+    if isinstance(provider, FailoverProvider):
+        return provider
+    return FailoverProvider([_main_route(settings, provider)], cooldown_seconds=settings.llm.fallback_cooldown_seconds)
 
 
 def summary_provider_for(settings: Settings, main: Provider | None = None) -> Provider:
@@ -208,7 +231,7 @@ async def build_runtime(settings: Settings, *, provider: Provider | None = None,
                         locks: LockBackend | None = None, summary_provider: Provider | None = None,
                         clock: Callable[[], datetime] = utc_now, limits: LimitBackend | None = None) -> Runtime:
     """Construct the shared dependencies; the store is migrated when this function opens it."""
-    provider = provider or main_provider_for(settings)
+    provider = _as_chain(settings, provider) if provider is not None else main_provider_for(settings)
     summary_provider = summary_provider or summary_provider_for(settings, provider)
     metrics = Metrics()
     claims, arrivals, redis = _coordination(settings, metrics)

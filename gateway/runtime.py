@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from redis.asyncio import Redis
 
 from agent.compression.engine import ContextEngine
-from agent.llm.base import Provider
+from agent.llm.failover import FailoverProvider
 from agent.memory import MemoryProvider
 from agent.tokens import TokenCounter
 from gateway.arrivals import ArrivalOrder, InProcessOrder
@@ -51,7 +51,8 @@ class Runtime:
     settings: Settings
     store: Store
     locks: LockBackend
-    provider: Provider
+    # The configured models (main first, then llm.fallbacks); each session calls them through its own view.
+    provider: FailoverProvider
     counter: TokenCounter
     new_engine: EngineFactory
     new_memory: MemoryFactory = field(default=lambda key, user: MemoryProvider())
