@@ -306,6 +306,7 @@ class AgentLoop:
                 continue
             self._failed_recoveries = 0
             turn.partial = ""
+            self._follow_model(turn)  # another model may have answered: its usage is measured on its window
             self._record_usage(turn, completion, sent)
             await emit_event(self.events, AgentEvent(EVENT_LLM_RESPONSE, self.session_id, {
                 "usage": completion.usage, "finish_reason": completion.finish_reason, "model": completion.model,
