@@ -31,6 +31,7 @@ from agent.llm.failover import FailoverProvider, ModelRoute
 from agent.llm.models import build_provider, build_provider_from_spec, context_length_for, resolve_auxiliary
 from agent.memory import FileMemoryProvider, MemoryProvider
 from agent.tokens import get_counter
+from agent.tools.mcp_tools import McpTools
 from gateway.arrivals import ArrivalOrder, InProcessOrder, RedisArrivalOrder
 from gateway.claims import Claims, InProcessClaims, RedisClaims
 from gateway.commands import StatusFigures, status_figures
@@ -239,15 +240,18 @@ async def build_runtime(settings: Settings, *, provider: Provider | None = None,
     # only the agent loop's own calls arrive as llm:response events.
     new_engine = _engine_factory(settings, MeteredProvider(provider, metrics),
                                  MeteredProvider(summary_provider, metrics))
+    counter = get_counter(settings.llm.encoding)
     worker_id = settings.gateway.worker_id or default_worker_id()
     set_worker(worker_id)  # the same name in every log line as in the delivery ledger and leases
     return Runtime(
         settings=settings, store=store or await _open_store(settings), locks=locks or _locks(settings, metrics),
-        provider=provider, counter=get_counter(settings.llm.encoding),
+        provider=provider, counter=counter,
         new_engine=new_engine, new_memory=_memory_factory(settings),
         model=settings.llm.model, engine_name=settings.context.engine, clock=clock, metrics=metrics,
         claims=claims, arrivals=arrivals, redis=redis, worker_id=worker_id,
         limits=limits or _limits(settings),
+        mcp=McpTools([s.spec() for s in settings.tools.mcp_servers], counter=counter)
+        if settings.tools.mcp_servers else None,
     )
 
 
@@ -325,6 +329,8 @@ class Gateway:
         the messages a crash left."""
         if self.health is not None:
             await self.health.start()
+        if self.rt.mcp is not None:  # before the adapters, so the first messages find the tools
+            await self.rt.mcp.start()
         self.scheduler.start()
         heartbeat = self.rt.settings.gateway.heartbeat_file
         if heartbeat is not None:
@@ -456,6 +462,8 @@ async def run_gateway(settings: Settings) -> int:
 
 
 async def _close_runtime(rt: Runtime) -> None:
+    if rt.mcp is not None:
+        await rt.mcp.aclose()
     await rt.provider.aclose()
     await rt.locks.aclose()
     await rt.claims.aclose()

@@ -34,6 +34,7 @@ from pydantic_settings import (
 
 from agent.compression.redact import redact_secrets
 from gateway.config_fallbacks import MAX_FALLBACKS, FallbackModel, check_model_names
+from gateway.config_mcp import ToolsSettings
 from gateway.masking import describe_value, mask_url, mask_urls
 
 __all__ = ["ConfigError", "Settings", "load_settings", "mask_url", "masked_dump", "unknown_env_sections"]
@@ -491,6 +492,7 @@ class Settings(BaseSettings):
     memory: MemorySettings = MemorySettings()
     limits: LimitsSettings = LimitsSettings()
     logging: LoggingSettings = LoggingSettings()
+    tools: ToolsSettings = ToolsSettings()
 
     @classmethod
     def settings_customise_sources(

@@ -17,6 +17,7 @@ from agent.compression.engine import ContextEngine
 from agent.llm.failover import FailoverProvider
 from agent.memory import MemoryProvider
 from agent.tokens import TokenCounter
+from agent.tools.mcp_tools import McpTools
 from gateway.arrivals import ArrivalOrder, InProcessOrder
 from gateway.claims import Claims, InProcessClaims
 from gateway.config import Settings
@@ -72,3 +73,5 @@ class Runtime:
     limits: LimitBackend = field(default_factory=InProcessLimits)
     # One per process: whether the database is down right now, and the retries through an outage.
     storage: StorageGuard = field(default_factory=StorageGuard)
+    # The MCP servers (``tools.mcp_servers``; None: none configured), started and stopped by the gateway.
+    mcp: McpTools | None = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from agent.compression.engine import ContextEngine
@@ -18,6 +19,7 @@ from agent.compression.threshold import output_reserve
 from agent.llm.failover import ChatFailover
 from agent.loop import AgentLoop
 from agent.memory import MemoryProvider
+from agent.tools.mcp_tools import UNTRUSTED_NOTE
 from agent.tools.registry import ToolRegistry
 from agent.turn import LoopConfig
 from gateway.continuity import END_IDLE, continuity_note, previous_idle_session
@@ -182,8 +184,11 @@ class SessionManager:
                       persona: str | None = None, pins: tuple[PinRecord, ...] = ()) -> str:
         """The session's system prompt as configured; ``persona`` is the chat's own (``/persona``); its pinned
         rules come last."""
+        mcp = self.rt.mcp
+        untrusted = mcp is not None and mcp.any_allowed(key.platform, key.chat_refs)
         return build_system_prompt(self.rt.settings.gateway.bot_name, key, memory, compacted=compacted,
-                                   persona=persona or self._persona, pins=pins_block(pins))
+                                   persona=persona or self._persona, pins=pins_block(pins),
+                                   tools_note=UNTRUSTED_NOTE if untrusted else "")
 
     async def refresh_pins(self, live: LiveSession) -> None:
         """Re-read the chat's pins (another worker, a command or the pin tool may have changed them); the
@@ -259,6 +264,8 @@ class SessionManager:
         await memory.start_session(record.id)
         tools = ToolRegistry(memory.tools())
         tools.add_engine_tools(engine)
+        if rt.mcp is not None:
+            tools.add_source(partial(rt.mcp.tools_for, key.platform, key.chat_refs))
         persona = await rt.store.chat_settings.get(_chat_scope(key), _PERSONA)
         models = await self._models_for(key)
         if pins is None:

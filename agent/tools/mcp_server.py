@@ -22,6 +22,8 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from agent.tools.registry import ToolError
+
 __all__ = ["McpServer", "McpServerSpec", "McpToolInfo", "McpUnavailable", "render_result"]
 
 log = logging.getLogger(__name__)
@@ -65,7 +67,7 @@ class McpToolInfo:
     input_schema: Mapping[str, Any]
 
 
-class McpUnavailable(Exception):
+class McpUnavailable(ToolError):
     """The server is not connected right now (it is being started again)."""
 
 
@@ -214,6 +216,7 @@ class McpServer:
                 async with self._connected() as client:
                     self._client = client
                     self._back_up()
+                    self._attempted.set()
                     delay = FIRST_RETRY_S
                     await self._lost.wait()
             except Exception as exc:  # every failure of a foreign server ends the same way: retry later
@@ -274,7 +277,7 @@ class McpServer:
             self.listing_version += 1
 
     def _back_up(self) -> None:
-        if self._down_since is not None and self._failures:
+        if self._down_since is not None:
             log.warning("MCP server %s is back after %.0f s (%d failed attempts); %d tools", self.spec.name,
                         time.monotonic() - self._down_since, self._failures, len(self.tools))
         else:

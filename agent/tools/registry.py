@@ -24,6 +24,7 @@ __all__ = [
     "DEFAULT_MAX_RESULT_CHARS",
     "DEFAULT_TIMEOUT_S",
     "Tool",
+    "ToolError",
     "ToolOutcome",
     "ToolRegistry",
     "ToolSource",
@@ -38,6 +39,11 @@ _MAX_ERROR_DETAIL = 400
 _MAX_LISTED_ERRORS = 8
 
 Handler = Callable[[dict[str, Any]], Awaitable[str]]
+
+
+class ToolError(Exception):
+    """A failure a tool foresaw and explains itself (a service down): the model reads the message, and the log
+    gets one line without a traceback."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +175,9 @@ class ToolRegistry:
                 text, ok = _failure_text(name, exc), False
             else:
                 text, ok = f"Error: tool {name!r} timed out after {tool.timeout_s:g} s and was stopped.", False
+        except ToolError as exc:
+            log.info("tool %s: %s", name, redact_secrets(str(exc)))
+            text, ok = f"Error: {redact_secrets(str(exc))}", False
         except Exception as exc:  # a tool's own bug must not end the turn; the model sees what happened
             log.warning("tool %s failed: %s", name, type(exc).__name__, exc_info=True)
             text, ok = _failure_text(name, exc), False
