@@ -138,3 +138,24 @@ async def test_a_stdio_server_killed_mid_run_is_restarted_and_its_tools_work_aga
         assert sum("stopped" in line for line in lines) == 1 and any("is back" in line for line in lines)
     finally:
         await hub.aclose()
+
+
+async def test_an_http_server_that_goes_away_is_reconnected_when_it_is_back() -> None:
+    async with serve_mcp_http() as url:
+        hub = McpTools([McpServerSpec("notes", url=url, timeout_s=5)])
+        await hub.start(wait_s=20)
+    try:
+        registry = ToolRegistry()
+        registry.add_source(lambda: hub.tools_for("discord", {"discord:1"}))
+        gone = await registry.execute(call("mcp__notes__lookup", topic="x"))
+        assert not gone.ok and "went away" in gone.content
+        async with serve_mcp_http(port=int(url.rsplit(":", 1)[1].split("/")[0])):
+            server = hub.servers["notes"]
+            for _ in range(100):
+                if server.connected:
+                    break
+                await asyncio.sleep(0.05)
+            back = await registry.execute(call("mcp__notes__lookup", topic="deploys"))
+            assert back.ok and "Tuesday 14:00 UTC" in back.content
+    finally:
+        await hub.aclose()

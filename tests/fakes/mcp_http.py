@@ -34,10 +34,10 @@ def build_server() -> MCPServer:
 
 
 @contextlib.asynccontextmanager
-async def serve_mcp_http() -> AsyncIterator[str]:
-    """Serve the notes server; yield its URL (``http://127.0.0.1:<port>/mcp``)."""
+async def serve_mcp_http(port: int = 0) -> AsyncIterator[str]:
+    """Serve the notes server (on ``port``, 0: any free one); yield its URL (``http://127.0.0.1:<port>/mcp``)."""
     app = build_server().streamable_http_app()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
     task = asyncio.create_task(server.serve())
     try:
         for _ in range(500):
