@@ -183,15 +183,19 @@ class McpServer:
     async def call(self, tool: str, arguments: dict[str, Any]) -> str:
         """Call ``tool`` and return its result as text; `McpUnavailable` when the server is down."""
         from mcp import MCPError
-        from mcp_types import CONNECTION_CLOSED
+        from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
         client = self._client
         if client is None:
             raise McpUnavailable(f"MCP server {self.spec.name!r} is not running ({self._why}); it is being "
                                  "started again")
         try:
-            result = await client.call_tool(tool, arguments, read_timeout_seconds=self.spec.timeout_s)
+            # The registry enforces the deadline (Tool.timeout_s); the SDK's own is the backstop behind it.
+            result = await client.call_tool(tool, arguments, read_timeout_seconds=self.spec.timeout_s + 1)
         except MCPError as exc:
+            if exc.code == REQUEST_TIMEOUT:
+                raise ToolError(f"MCP server {self.spec.name!r} did not answer within {self.spec.timeout_s:g} s; "
+                                "the call was abandoned") from None
             if exc.code != CONNECTION_CLOSED:
                 raise
             self._lose("its connection closed")

@@ -28,6 +28,13 @@ def call(name: str, **arguments: object) -> dict[str, object]:
     return {"id": "c1", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
 
 
+def offered(hub: McpTools, platform: str = "discord", refs: frozenset[str] = frozenset({"discord:1"})) -> ToolRegistry:
+    """A registry offering ``hub``'s tools for one chat, as a session's does."""
+    registry = ToolRegistry()
+    registry.add_source(lambda: hub.tools_for(platform, refs))
+    return registry
+
+
 def test_names_are_namespaced_safe_and_bounded() -> None:
     assert tool_name("git", "git_log") == "mcp__git__git_log"
     assert tool_name("my server", "do.it/now") == "mcp__my_server__do_it_now"
@@ -46,9 +53,8 @@ async def test_streamable_http_tool_output_is_redacted_wrapped_and_bounded() -> 
         hub = McpTools([McpServerSpec("notes", url=url, max_output_tokens=300)])
         await hub.start(wait_s=20)
         try:
-            registry = ToolRegistry()
-            registry.add_source(lambda: hub.tools_for("discord", {"discord:1"}))
-            assert registry.names() == ["mcp__notes__lookup", "mcp__notes__dump"]
+            registry = offered(hub)
+            assert registry.names() == ["mcp__notes__lookup", "mcp__notes__dump", "mcp__notes__slow"]
             outcome = await registry.execute(call("mcp__notes__lookup", topic="deploys"))
             assert outcome.ok
             assert outcome.content.startswith(f'<{UNTRUSTED_TAG} server="notes" tool="lookup">')
@@ -67,6 +73,20 @@ async def test_streamable_http_tool_output_is_redacted_wrapped_and_bounded() -> 
             await hub.aclose()
 
 
+async def test_a_call_past_the_servers_deadline_is_abandoned_and_the_server_stays_usable() -> None:
+    async with serve_mcp_http() as url:
+        hub = McpTools([McpServerSpec("notes", url=url, timeout_s=0.5)])
+        await hub.start(wait_s=20)
+        try:
+            registry = offered(hub)
+            late = await registry.execute(call("mcp__notes__slow", seconds=5))
+            assert not late.ok and "timed out after 0.5 s" in late.content and late.duration_s < 3
+            quick = await registry.execute(call("mcp__notes__slow", seconds=0))
+            assert quick.ok and "finally" in quick.content
+        finally:
+            await hub.aclose()
+
+
 async def test_allow_lists_pick_the_chats_platforms_and_tools() -> None:
     async with serve_mcp_http() as url:
         hub = McpTools([McpServerSpec("anywhere", url=url, tools=frozenset({"lookup"})),
@@ -77,8 +97,9 @@ async def test_allow_lists_pick_the_chats_platforms_and_tools() -> None:
             names = lambda platform, refs: sorted(t.name for t in hub.tools_for(platform, refs))  # noqa: E731
             assert names("discord", {"discord:7"}) == ["mcp__anywhere__lookup"]
             assert names("discord", {"discord:42", "discord:43"}) == ["mcp__anywhere__lookup", "mcp__one__dump",
-                                                                      "mcp__one__lookup"]
-            assert names("telegram", {"telegram:5"}) == ["mcp__anywhere__lookup", "mcp__tg__dump", "mcp__tg__lookup"]
+                                                                      "mcp__one__lookup", "mcp__one__slow"]
+            assert names("telegram", {"telegram:5"}) == ["mcp__anywhere__lookup", "mcp__tg__dump", "mcp__tg__lookup",
+                                                         "mcp__tg__slow"]
             assert hub.any_allowed("discord", {"discord:7"})
         finally:
             await hub.aclose()
@@ -113,8 +134,7 @@ async def test_a_stdio_server_killed_mid_run_is_restarted_and_its_tools_work_aga
     caplog.set_level(logging.INFO, logger="agent.tools.mcp_server")
     await hub.start(wait_s=30)
     try:
-        registry = ToolRegistry()
-        registry.add_source(lambda: hub.tools_for("console", {"console:me"}))
+        registry = offered(hub, "console", frozenset({"console:me"}))
         first = await registry.execute(call("mcp__time__get_current_time", timezone="Asia/Tokyo"))
         assert first.ok and "Asia/Tokyo" in first.content
         os.kill(int(pidfile.read_text()), signal.SIGKILL)
@@ -145,8 +165,7 @@ async def test_an_http_server_that_goes_away_is_reconnected_when_it_is_back() ->
         hub = McpTools([McpServerSpec("notes", url=url, timeout_s=5)])
         await hub.start(wait_s=20)
     try:
-        registry = ToolRegistry()
-        registry.add_source(lambda: hub.tools_for("discord", {"discord:1"}))
+        registry = offered(hub)
         gone = await registry.execute(call("mcp__notes__lookup", topic="x"))
         assert not gone.ok and "went away" in gone.content
         async with serve_mcp_http(port=int(url.rsplit(":", 1)[1].split("/")[0])):

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pytest
 
@@ -12,14 +10,6 @@ from gateway.config import ConfigError, load_settings, masked_dump
 
 KEY = "sk-fallback-0123456789abcdef"
 TOKEN = "ghp_mcpheadertoken0123456789abcdef0123"
-
-
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for key in list(os.environ):
-        if key.startswith("CONCORD_"):
-            monkeypatch.delenv(key)
-    monkeypatch.chdir(tmp_path)
 
 
 def test_lists_of_objects_come_from_json_in_the_environment_and_secrets_stay_masked(

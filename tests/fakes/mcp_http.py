@@ -30,6 +30,12 @@ def build_server() -> MCPServer:
         """Return a long log."""
         return "\n".join(f"log line {i}: " + "lorem ipsum dolor sit amet " * 4 for i in range(lines))
 
+    @server.tool()
+    async def slow(seconds: float) -> str:
+        """Answer after a while."""
+        await asyncio.sleep(seconds)
+        return "finally"
+
     return server
 
 
