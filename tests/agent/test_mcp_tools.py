@@ -178,3 +178,16 @@ async def test_an_http_server_that_goes_away_is_reconnected_when_it_is_back() ->
             assert back.ok and "Tuesday 14:00 UTC" in back.content
     finally:
         await hub.aclose()
+
+
+async def test_a_server_that_never_answers_the_handshake_is_given_up_and_retried(
+        caplog: pytest.LogCaptureFixture) -> None:
+    hub = McpTools([McpServerSpec("mute", command="/bin/sleep", args=("30",), connect_timeout_s=0.5)])
+    caplog.set_level(logging.INFO, logger="agent.tools.mcp_server")
+    await hub.start(wait_s=10)
+    try:
+        assert not hub.servers["mute"].connected
+        errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+        assert len(errors) == 1 and "no answer to the handshake in time" in errors[0]
+    finally:
+        await hub.aclose()
