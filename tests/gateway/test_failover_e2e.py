@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from gateway.keys import SessionKey
 from tests.fakes.llm_server import ErrorReply, FakeLLMServer, Reply
 from tests.gateway.conftest import GatewayFactory
 
@@ -57,7 +58,8 @@ async def test_a_503_main_model_is_answered_by_the_fallback_with_a_notice_then_r
     assert "Answered by backup-model: fake-model is failing" in first
     main_requests = len(fake_llm.requests)
     assert main_requests == 3, "the main model's own retries ran before failing over"
-    live = next(iter(gateway.sessions._live.values()))
+    live = gateway.sessions.cached(SessionKey("discord", "dm:c1"))
+    assert live is not None
     # Budgets follow the model that answers; its usage is accounted under its own name.
     assert live.engine.context_length == BACKUP_WINDOW
     assert tokens_of(gateway, "backup-model") > 0 and tokens_of(gateway, "fake-model") == 0
@@ -102,7 +104,8 @@ async def test_model_command_picks_a_stored_model_for_the_chat_and_failover_says
     gateway, adapter = await gateway_factory(llm=llm_with_backup(backup, cooldown=60))
     await adapter.say("after restart")
     assert adapter.texts()[-1] == "backup answer"
-    live = next(iter(gateway.sessions._live.values()))
+    live = gateway.sessions.cached(SessionKey("discord", "dm:c1"))
+    assert live is not None
     assert live.engine.context_length == BACKUP_WINDOW
 
     # The chosen model failing is never swapped silently.

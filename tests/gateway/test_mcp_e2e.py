@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.tools.mcp_tools import UNTRUSTED_NOTE, UNTRUSTED_TAG
+from gateway.keys import SessionKey
 from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.fakes.mcp_http import PLANTED_KEY, serve_mcp_http
 from tests.gateway.conftest import GatewayFactory
@@ -85,7 +86,8 @@ async def test_streamable_http_mcp_results_are_redacted_and_untrusted(
                          lambda result: "Deploys: Tuesday 14:00 UTC" if "Tuesday 14:00 UTC" in result else "?")
         await adapter.say("when do we deploy?")
         assert adapter.texts()[-1] == "Deploys: Tuesday 14:00 UTC"
-        live = next(iter(gateway.sessions._live.values()))
+        live = gateway.sessions.cached(SessionKey("discord", "dm:c1"))
+        assert live is not None
         stored = next(m["content"] for m in live.messages if m.get("role") == "tool")
         assert PLANTED_KEY not in stored and stored.count(f"</{UNTRUSTED_TAG}>") == 1
         await gateway.aclose(grace_seconds=5)
