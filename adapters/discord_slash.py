@@ -50,6 +50,8 @@ SLASH_COMMANDS: dict[str, SlashCommand] = {
     "unpin": SlashCommand("Remove a pinned rule", "number", "Its number in /pins", required=True),
     "persona": SlashCommand("Show or set who the bot is in this chat (admins only)", "text",
                             "Who the bot is here, or reset"),
+    "model": SlashCommand("The configured models; admins pick this chat's model", "name",
+                          "A configured model's name, or reset"),
     "approve": SlashCommand("Let the sender of a DM pairing code use the bot (admins only)", "code",
                             "The pairing code", required=True),
     "remember": SlashCommand("Save a fact to the bot-wide memory (operators only)", "fact", "The fact",

@@ -21,6 +21,7 @@ from typing import Any
 
 from agent.compaction_steps import after_compaction, before_compaction, compress_with_progress
 from agent.compression.engine import CompressionResult, ContextEngine
+from agent.compression.threshold import output_reserve
 from agent.events import (
     EVENT_LLM_RESPONSE,
     EVENT_TOOL_RESULT,
@@ -36,7 +37,7 @@ from agent.events import (
     error_notice,
     tool_status,
 )
-from agent.llm.base import Completion, Provider, Usage
+from agent.llm.base import Completion, ModelLimits, Provider, Usage
 from agent.llm.errors import LLMError
 from agent.llm.images import ashrink_images_in_messages
 from agent.memory import MemoryProvider
@@ -148,6 +149,8 @@ class AgentLoop:
         # Kept across turns (anti-thrashing for overflow recovery): every call overflowing must not buy a
         # summary call and a "compacting" notice on every turn.
         self._failed_recoveries = 0
+        # The model limits the budgets were last set for (`_follow_model`).
+        self._limits: ModelLimits | None = None
 
     async def run_turn(self, messages: Sequence[Mapping[str, Any]], message: str | Mapping[str, Any], *,
                        token_counts: Sequence[int] | None = None) -> TurnResult:
@@ -189,6 +192,7 @@ class AgentLoop:
 
     async def _drive(self, turn: _Turn) -> tuple[StopReason, str]:
         for _ in range(self.config.max_iterations):
+            self._follow_model(turn)
             await self._preflight(turn)
             completion = await self._call(turn)
             reply = dict(completion.message)
@@ -202,6 +206,18 @@ class AgentLoop:
         return StopReason.MAX_ITERATIONS, (
             f"I stopped after {self.config.max_iterations} steps without finishing. "
             "Tell me to continue, or narrow the request.")
+
+    def _follow_model(self, turn: _Turn) -> None:
+        """Budgets follow the model the next call goes to (a provider that fails over, or a chat's /model):
+        the engine takes its window, and the answer's reserve is derived from it as configured."""
+        limits = self.provider.planned()
+        if limits is None or limits == self._limits:
+            return
+        if self._limits is not None:
+            self._anchor = None  # real usage another model (another tokenizer) measured
+        self._limits = limits
+        _use_window(self.engine, limits.context_length, output_reserve(limits.max_tokens, limits.context_length))
+        self.max_tokens = turn.max_tokens = output_reserve(limits.max_tokens, self.engine.context_length)
 
     # --- trigger ①: preflight -------------------------------------------------------------------------
 
@@ -290,6 +306,7 @@ class AgentLoop:
                 continue
             self._failed_recoveries = 0
             turn.partial = ""
+            self._follow_model(turn)  # another model may have answered: its usage is measured on its window
             self._record_usage(turn, completion, sent)
             await emit_event(self.events, AgentEvent(EVENT_LLM_RESPONSE, self.session_id, {
                 "usage": completion.usage, "finish_reason": completion.finish_reason, "model": completion.model,
@@ -451,6 +468,14 @@ def _record_ineffective(engine: ContextEngine) -> None:
     record = getattr(engine, "record_ineffective", None)
     if callable(record):
         record()
+
+
+def _use_window(engine: ContextEngine, context_length: int, max_tokens: int | None) -> None:
+    """Give the engine the window of the model now answering, where it can change windows
+    (`ContextCompressor.use_window`); an engine without it keeps its own."""
+    use = getattr(engine, "use_window", None)
+    if callable(use):
+        use(context_length, max_tokens)
 
 
 def _lower_context_length(engine: ContextEngine, context_length: int) -> None:

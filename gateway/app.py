@@ -27,9 +27,11 @@ from adapters.console import ConsoleAdapter, input_is_empty
 from agent.compression.engine import ContextEngine, resolve_engine_factory
 from agent.compression.threshold import output_reserve
 from agent.llm.base import Provider
+from agent.llm.failover import FailoverProvider, ModelRoute
 from agent.llm.models import build_provider, build_provider_from_spec, context_length_for, resolve_auxiliary
 from agent.memory import FileMemoryProvider, MemoryProvider
 from agent.tokens import get_counter
+from agent.tools.mcp_tools import McpTools
 from gateway.arrivals import ArrivalOrder, InProcessOrder, RedisArrivalOrder
 from gateway.claims import Claims, InProcessClaims, RedisClaims
 from gateway.commands import StatusFigures, status_figures
@@ -117,11 +119,33 @@ def _provider_options(settings: Settings, base_url: str | None, timeout: float |
     }
 
 
-def main_provider_for(settings: Settings) -> Provider:
-    """The main model's provider as configured (``llm.*``, ``prompt_caching.*``)."""
+def main_provider_for(settings: Settings) -> FailoverProvider:
+    """The configured models as one provider: the main model (``llm.*``, ``prompt_caching.*``) and the
+    ``llm.fallbacks`` it fails over to, each with its own endpoint, key, window and deadline."""
     llm = settings.llm
-    return build_provider(llm.provider, llm.base_url, _secret(llm.api_key), llm.model,
+    main = build_provider(llm.provider, llm.base_url, _secret(llm.api_key), llm.model,
                           **_provider_options(settings, llm.base_url))
+    routes = [_main_route(settings, main)]
+    for fallback in llm.fallbacks:
+        spec = resolve_auxiliary(llm, fallback)
+        provider = build_provider_from_spec(spec, **_provider_options(settings, spec.base_url,
+                                                                      fallback.timeout_seconds))
+        routes.append(ModelRoute(fallback.label, provider, context_length_for(spec.model, spec.context_length),
+                                 fallback.max_tokens))
+    return FailoverProvider(routes, cooldown_seconds=llm.fallback_cooldown_seconds)
+
+
+def _main_route(settings: Settings, provider: Provider) -> ModelRoute:
+    llm = settings.llm
+    return ModelRoute(llm.model or provider.model or "main", provider, context_length_for(llm.model, llm.context_length),
+                      llm.max_tokens)
+
+
+def _as_chain(settings: Settings, provider: Provider) -> FailoverProvider:
+    """``provider`` as a chain of models (a pre-built one, as tests pass, is the main model alone)."""
+    if isinstance(provider, FailoverProvider):
+        return provider
+    return FailoverProvider([_main_route(settings, provider)], cooldown_seconds=settings.llm.fallback_cooldown_seconds)
 
 
 def summary_provider_for(settings: Settings, main: Provider | None = None) -> Provider:
@@ -208,7 +232,7 @@ async def build_runtime(settings: Settings, *, provider: Provider | None = None,
                         locks: LockBackend | None = None, summary_provider: Provider | None = None,
                         clock: Callable[[], datetime] = utc_now, limits: LimitBackend | None = None) -> Runtime:
     """Construct the shared dependencies; the store is migrated when this function opens it."""
-    provider = provider or main_provider_for(settings)
+    provider = _as_chain(settings, provider) if provider is not None else main_provider_for(settings)
     summary_provider = summary_provider or summary_provider_for(settings, provider)
     metrics = Metrics()
     claims, arrivals, redis = _coordination(settings, metrics)
@@ -216,15 +240,18 @@ async def build_runtime(settings: Settings, *, provider: Provider | None = None,
     # only the agent loop's own calls arrive as llm:response events.
     new_engine = _engine_factory(settings, MeteredProvider(provider, metrics),
                                  MeteredProvider(summary_provider, metrics))
+    counter = get_counter(settings.llm.encoding)
     worker_id = settings.gateway.worker_id or default_worker_id()
     set_worker(worker_id)  # the same name in every log line as in the delivery ledger and leases
     return Runtime(
         settings=settings, store=store or await _open_store(settings), locks=locks or _locks(settings, metrics),
-        provider=provider, counter=get_counter(settings.llm.encoding),
+        provider=provider, counter=counter,
         new_engine=new_engine, new_memory=_memory_factory(settings),
         model=settings.llm.model, engine_name=settings.context.engine, clock=clock, metrics=metrics,
         claims=claims, arrivals=arrivals, redis=redis, worker_id=worker_id,
         limits=limits or _limits(settings),
+        mcp=McpTools([s.spec() for s in settings.tools.mcp_servers], counter=counter)
+        if settings.tools.mcp_servers else None,
     )
 
 
@@ -302,6 +329,8 @@ class Gateway:
         the messages a crash left."""
         if self.health is not None:
             await self.health.start()
+        if self.rt.mcp is not None:  # before the adapters, so the first messages find the tools
+            await self.rt.mcp.start()
         self.scheduler.start()
         heartbeat = self.rt.settings.gateway.heartbeat_file
         if heartbeat is not None:
@@ -433,6 +462,8 @@ async def run_gateway(settings: Settings) -> int:
 
 
 async def _close_runtime(rt: Runtime) -> None:
+    if rt.mcp is not None:
+        await rt.mcp.aclose()
     await rt.provider.aclose()
     await rt.locks.aclose()
     await rt.claims.aclose()

@@ -1,7 +1,7 @@
 """Chat commands (R-G5): parsing, permissions and the texts users see.
 
 ``/compress [focus]`` (admin), ``/new [--unpin]``, ``/status``, ``/stats`` (admin), ``/usage``,
-``/approve CODE`` (admin), ``/stop`` (the sender of the running answer, or an admin; handled by the router,
+``/approve CODE`` (admin), ``/model [NAME | reset]`` (setting it: admin), ``/stop`` (the sender of the running answer, or an admin; handled by the router,
 outside the queue), ``/persona [TEXT | reset]`` (admin), ``/pin TEXT``, ``/pins``, ``/unpin N`` (pin and
 unpin: admins in groups), ``/help``. Commands work the same on every platform;
 adapters recognise them (``adapters.base.parse_command``, which drops ``/cmd@otherbot``). Texts here are short on purpose: chat is not a log, and a summary never appears in it.
@@ -20,6 +20,7 @@ from gateway.busy import RunningTurn
 from gateway.compaction import compress_session, hygiene_check
 from gateway.limits import RateLimiter, format_top_spenders, format_usage
 from gateway.metrics import Metrics
+from gateway.model_command import model_command
 from gateway.pairing import Pairing
 from gateway.pins import add_pin, format_pins, remove_pin
 from gateway.session import LiveSession, SessionManager
@@ -54,6 +55,7 @@ COMMANDS: dict[str, str] = {
     "usage": "/usage — your token use today and the limits that apply to you",
     "approve": "/approve CODE — let the sender of a DM pairing code use the bot",
     "persona": "/persona [TEXT | reset] — show or set who the bot is in this chat",
+    "model": "/model [NAME | reset] — the configured models and this chat's; admins pick this chat's model",
     "pin": "/pin TEXT — keep a rule word for word in every request of this chat",
     "pins": "/pins — the pinned rules",
     "unpin": "/unpin N — remove pin N",
@@ -262,6 +264,8 @@ async def run_command(command: Command, ctx: CommandContext) -> tuple[str, LiveS
         return await approve_command(ctx, command.args), ctx.live
     if command.name == "persona":
         return await persona_command(ctx, command.args), ctx.live
+    if command.name == "model":
+        return await model_command(ctx.sessions, ctx.live, command.args, admin=ctx.admin), ctx.live
     if command.name == "remember":
         return await _remember(ctx, command.args), ctx.live
     if command.name == "help":
@@ -394,7 +398,8 @@ def status_figures(sessions: SessionManager, live: LiveSession) -> StatusFigures
         session_id=live.id, tokens=check.tokens, token_source=check.token_source,
         context_length=engine.context_length, threshold_tokens=engine.threshold_tokens,
         hygiene_tokens=check.token_limit, hygiene_message_limit=check.message_limit, messages=len(live.messages),
-        compression_count=engine.compression_count, engine=sessions.rt.engine_name, model=sessions.rt.model,
+        compression_count=engine.compression_count, engine=sessions.rt.engine_name,
+        model=live.models.preferred.name if live.models is not None else sessions.rt.model,
         last_compaction_at=last.at if last else None, last_compaction_reason=last.reason if last else "",
         last_compaction_savings=last.savings_pct if last else None,
         pins=len(live.pins), pin_tokens=sum(p.tokens for p in live.pins),

@@ -33,6 +33,8 @@ from pydantic_settings import (
 )
 
 from agent.compression.redact import redact_secrets
+from gateway.config_fallbacks import MAX_FALLBACKS, FallbackModel, check_model_names
+from gateway.config_mcp import ToolsSettings
 from gateway.masking import describe_value, mask_url, mask_urls
 
 __all__ = ["ConfigError", "Settings", "load_settings", "mask_url", "masked_dump", "unknown_env_sections"]
@@ -94,6 +96,15 @@ class LLMSettings(BaseModel):
     max_iterations: int = Field(default=20, ge=1, le=200)
     # None: the provider's default. Sent with every agent call (summaries keep their own settings).
     temperature: float | None = Field(default=None, ge=0, le=2)
+    # Tried in order when the main model fails over (gateway/config_fallbacks.py); a failed model is skipped
+    # for fallback_cooldown_seconds.
+    fallbacks: list[FallbackModel] = Field(default=[], max_length=MAX_FALLBACKS)
+    fallback_cooldown_seconds: float = Field(default=60.0, gt=0, le=86_400)
+
+    @model_validator(mode="after")
+    def _fallback_names(self) -> LLMSettings:
+        check_model_names(self.model, self.fallbacks)
+        return self
 
     @property
     def configured(self) -> bool:
@@ -481,6 +492,7 @@ class Settings(BaseSettings):
     memory: MemorySettings = MemorySettings()
     limits: LimitsSettings = LimitsSettings()
     logging: LoggingSettings = LoggingSettings()
+    tools: ToolsSettings = ToolsSettings()
 
     @classmethod
     def settings_customise_sources(

@@ -44,6 +44,13 @@ class SessionKey:
         return not self.chat_key.startswith("dm:")
 
     @property
+    def chat_refs(self) -> frozenset[str]:
+        """The chat as access lists name it: ``platform:<chat id>``, and for a thread its own id too."""
+        kind, _, rest = self.shared_chat_key.partition(":")
+        chat, _, thread = rest.partition(":") if kind == "thread" else (rest, "", "")
+        return frozenset(f"{self.platform}:{ident}" for ident in (chat, thread) if ident)
+
+    @property
     def shared_chat_key(self) -> str:
         """The chat (channel, group, thread) without the per-user suffix: what everyone in it shares."""
         return self.chat_key.partition(":user:")[0]

@@ -42,15 +42,17 @@ def persona_text(template: str | None, bot_name: str, platform: str) -> str:
 
 
 def build_system_prompt(bot_name: str, key: SessionKey, memory: MemoryProvider, *, compacted: bool,
-                        persona: str | None = None, pins: str = "") -> str:
+                        persona: str | None = None, pins: str = "", tools_note: str = "") -> str:
     """The system prompt for ``key``'s session; ``persona`` replaces the built-in "who you are" template;
-    ``pins`` (the chat's pinned-rules block) comes last, so it stays one stable block that changes only when
-    a pin does."""
+    ``tools_note`` says how to read outside tools' results (MCP); ``pins`` (the chat's pinned-rules block)
+    comes last, so it stays one stable block that changes only when a pin does."""
     formatting = _FORMATTING.get(key.platform, "Use Markdown sparingly.")
     parts = [f"{persona_text(persona, bot_name, key.platform)} {formatting}"]
     if key.is_group:
         parts.append("This is a group conversation. Each user message starts with the speaker's name in square "
                      "brackets; earlier channel messages you were not asked about may be quoted as context.")
+    if tools_note:
+        parts.append(tools_note)
     memory_block = memory.system_prompt_block()
     if memory_block:
         parts.append(memory_block)

@@ -373,12 +373,18 @@ class Router:
         await rt.claims.claim(handled, self.settings.gateway.dedupe_ttl_seconds)
         return pending
 
-    def _composer(self, inbound: Inbound, running: RunningTurn) -> Callable[[TurnResult], Outbound | None]:
-        """The answer a turn of ``inbound`` ends with, cut like any reply (None: nothing more to send)."""
+    def _composer(self, inbound: Inbound, running: RunningTurn,
+                  live: LiveSession) -> Callable[[TurnResult], Outbound | None]:
+        """The answer a turn of ``inbound`` ends with, cut like any reply (None: nothing more to send); when
+        another model answered in the chat's model's place, the answer says so once per fallback episode."""
 
         def compose(result: TurnResult) -> Outbound | None:
             text = _answer_text(result, running)
-            return Outbound.to(inbound, cap_reply(text, self.settings.gateway.max_reply_chars)) if text else None
+            if not text:
+                return None
+            text = cap_reply(text, self.settings.gateway.max_reply_chars)
+            notice = live.models.take_notice() if live.models is not None else None
+            return Outbound.to(inbound, f"{text}\n\n{notice}" if notice else text)
 
         return compose
 
@@ -420,7 +426,8 @@ class Router:
                 return [refusal]
         stream = adapter.live_reply(inbound)
         with self.running.track(key, inbound) as running:
-            answer = TurnAnswer(self.inbox.marker(inbound, key), self._composer(inbound, running), self.deliveries)
+            answer = TurnAnswer(self.inbox.marker(inbound, key), self._composer(inbound, running, live),
+                                self.deliveries)
             started, failed = time.perf_counter(), True
             try:
                 async with adapter.typing(inbound):

@@ -14,9 +14,10 @@ from datetime import UTC, datetime
 from redis.asyncio import Redis
 
 from agent.compression.engine import ContextEngine
-from agent.llm.base import Provider
+from agent.llm.failover import FailoverProvider
 from agent.memory import MemoryProvider
 from agent.tokens import TokenCounter
+from agent.tools.mcp_tools import McpTools
 from gateway.arrivals import ArrivalOrder, InProcessOrder
 from gateway.claims import Claims, InProcessClaims
 from gateway.config import Settings
@@ -51,7 +52,8 @@ class Runtime:
     settings: Settings
     store: Store
     locks: LockBackend
-    provider: Provider
+    # The configured models (main first, then llm.fallbacks); each session calls them through its own view.
+    provider: FailoverProvider
     counter: TokenCounter
     new_engine: EngineFactory
     new_memory: MemoryFactory = field(default=lambda key, user: MemoryProvider())
@@ -71,3 +73,5 @@ class Runtime:
     limits: LimitBackend = field(default_factory=InProcessLimits)
     # One per process: whether the database is down right now, and the retries through an outage.
     storage: StorageGuard = field(default_factory=StorageGuard)
+    # The MCP servers (``tools.mcp_servers``; None: none configured), started and stopped by the gateway.
+    mcp: McpTools | None = None

@@ -11,12 +11,15 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from agent.compression.engine import ContextEngine
 from agent.compression.threshold import output_reserve
+from agent.llm.failover import ChatFailover
 from agent.loop import AgentLoop
 from agent.memory import MemoryProvider
+from agent.tools.mcp_tools import UNTRUSTED_NOTE
 from agent.tools.registry import ToolRegistry
 from agent.turn import LoopConfig
 from gateway.continuity import END_IDLE, continuity_note, previous_idle_session
@@ -57,6 +60,8 @@ class LiveSession:
     persona: str | None = None
     # The chat's pinned rules, as last read from the store (their block ends the system prompt).
     pins: tuple[PinRecord, ...] = ()
+    # The configured models as this chat calls them: its own (``/model``) or the main one first.
+    models: ChatFailover | None = None
 
     @property
     def id(self) -> str:
@@ -179,8 +184,11 @@ class SessionManager:
                       persona: str | None = None, pins: tuple[PinRecord, ...] = ()) -> str:
         """The session's system prompt as configured; ``persona`` is the chat's own (``/persona``); its pinned
         rules come last."""
+        mcp = self.rt.mcp
+        untrusted = mcp is not None and mcp.any_allowed(key.platform, key.chat_refs)
         return build_system_prompt(self.rt.settings.gateway.bot_name, key, memory, compacted=compacted,
-                                   persona=persona or self._persona, pins=pins_block(pins))
+                                   persona=persona or self._persona, pins=pins_block(pins),
+                                   tools_note=UNTRUSTED_NOTE if untrusted else "")
 
     async def refresh_pins(self, live: LiveSession) -> None:
         """Re-read the chat's pins (another worker, a command or the pin tool may have changed them); the
@@ -200,12 +208,29 @@ class SessionManager:
         """Give ``live``'s chat its own persona (None: back to the configured one); stored, so it survives
         restarts, and in effect from the next model call."""
         if persona is None:
-            await self.rt.store.chat_settings.take(_persona_scope(live.key), _PERSONA)
+            await self.rt.store.chat_settings.take(_chat_scope(live.key), _PERSONA)
         else:
-            await self.rt.store.chat_settings.put(_persona_scope(live.key), _PERSONA, persona)
+            await self.rt.store.chat_settings.put(_chat_scope(live.key), _PERSONA, persona)
         live.persona = persona
         live.loop.system_prompt = self.system_prompt(live.key, live.memory, persona=persona, pins=live.pins,
                                                      compacted=live.record.engine.compression_count > 0)
+
+    async def set_model(self, live: LiveSession, name: str | None) -> None:
+        """Make ``name`` (a configured model) ``live``'s chat's model, or the main one again (None); stored, so
+        it survives restarts, and in effect from the next model call."""
+        if name is None:
+            await self.rt.store.chat_settings.take(_chat_scope(live.key), _MODEL)
+        else:
+            await self.rt.store.chat_settings.put(_chat_scope(live.key), _MODEL, name)
+        live.models = live.loop.provider = self.rt.provider.for_chat(name)
+
+    async def _models_for(self, key: SessionKey) -> ChatFailover:
+        choice = await self.rt.store.chat_settings.get(_chat_scope(key), _MODEL)
+        models = self.rt.provider.for_chat(choice)
+        if choice and models.preferred.name != choice:
+            log.warning("chat %s chose model %r, which is no longer configured; it uses %s", key, choice,
+                        models.preferred.name)
+        return models
 
     async def start_new(self, live: LiveSession, user_id: str | None, reason: str = END_NEW) -> LiveSession:
         """End ``live`` (history kept) and open a fresh session for the same chat (``/new``)."""
@@ -239,14 +264,18 @@ class SessionManager:
         await memory.start_session(record.id)
         tools = ToolRegistry(memory.tools())
         tools.add_engine_tools(engine)
-        persona = await rt.store.chat_settings.get(_persona_scope(key), _PERSONA)
+        if rt.mcp is not None:
+            tools.add_source(partial(rt.mcp.tools_for, key.platform, key.chat_refs))
+        persona = await rt.store.chat_settings.get(_chat_scope(key), _PERSONA)
+        models = await self._models_for(key)
         if pins is None:
             pins = tuple(await rt.store.pins.list(key.platform, key.chat_key))
         prompt = self.system_prompt(key, memory, compacted=record.engine.compression_count > 0, persona=persona,
                                     pins=pins)
         loop = AgentLoop(
-            provider=rt.provider, engine=engine, system_prompt=prompt, session_id=record.id, tools=tools,
-            memory=memory, max_tokens=output_reserve(rt.settings.llm.max_tokens, engine.context_length), model=rt.model or None, counter=rt.counter,
+            provider=models, engine=engine, system_prompt=prompt, session_id=record.id, tools=tools,
+            memory=memory, max_tokens=output_reserve(rt.settings.llm.max_tokens, engine.context_length),
+            counter=rt.counter,
             config=LoopConfig(max_iterations=rt.settings.llm.max_iterations,
                               auto_compress=rt.settings.compression.enabled),
             temperature=rt.settings.llm.temperature,
@@ -255,7 +284,7 @@ class SessionManager:
         tools.register(recall_tool(rt.store, lambda: loop.session_id))
         tools.register(read_history_tool(rt.store, lambda: loop.session_id))
         live = LiveSession(key, record, engine, memory, loop, synced_state=record.engine, persona=persona,
-                           pins=pins)
+                           pins=pins, models=models)
         if not key.is_group:
             tools.register(pin_tool(rt, key, lambda: self.refresh_pins(live)))
         engine.on_session_start(record.id, [{"role": "system", "content": prompt}, *messages])
@@ -275,9 +304,10 @@ def _unchanged(live: LiveSession, record: SessionRecord) -> bool:
 
 
 _PERSONA = "persona"
+_MODEL = "model"
 
 
-def _persona_scope(key: SessionKey) -> str:
+def _chat_scope(key: SessionKey) -> str:
     return f"chat:{key}"
 
 

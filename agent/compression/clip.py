@@ -10,7 +10,7 @@ finds its exact text. A clipped message fits the limit, so clipping never repeat
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,8 +53,10 @@ def clip_marker(cut_chars: int, cut_tokens: int) -> str:
             "that was cut …]\n\n")
 
 
-def clip_text(text: str, limit: int, counter: TokenCounter) -> str | None:
-    """``text`` clipped to about ``limit`` tokens (head and tail kept), or None when it already fits."""
+def clip_text(text: str, limit: int, counter: TokenCounter,
+              marker: Callable[[int, int], str] = clip_marker) -> str | None:
+    """``text`` clipped to about ``limit`` tokens (head and tail kept), or None when it already fits;
+    ``marker(cut_chars, cut_tokens)`` says what was cut (by default: a stored message's middle)."""
     tokens = counter.count_text(text)
     if tokens <= limit:
         return None
@@ -64,12 +66,12 @@ def clip_text(text: str, limit: int, counter: TokenCounter) -> str | None:
         head = int(keep * _HEAD_SHARE)
         tail = keep - head
         cut = len(text) - head - tail
-        marker = clip_marker(cut, max(tokens - limit, 1))
-        clipped = text[:head] + marker + (text[-tail:] if tail else "")
+        note = marker(cut, max(tokens - limit, 1))
+        clipped = text[:head] + note + (text[-tail:] if tail else "")
         if counter.count_text(clipped) <= limit:
             return clipped
         keep = int(keep * 0.8)
-    return clip_marker(len(text), tokens).strip()
+    return marker(len(text), tokens).strip()
 
 
 def _clipped_content(content: Any, limit: int, counter: TokenCounter) -> Any | None:

@@ -118,6 +118,9 @@ class ContextCompressor(ContextEngine):
         self.session_id: str | None = None
         self.last_compression: CompressionResult | None = None
         self._first_seq = 1
+        # The window and output reserve of the model the engine was built for, and of the one answering now
+        # (`use_window`: failover, /model).
+        self._home_window = self._model_window = (context_length, max_tokens)
         self._apply_context_length(context_length)
 
     # -- thresholds -------------------------------------------------------------------------------------
@@ -135,6 +138,20 @@ class ContextCompressor(ContextEngine):
         if context_length < self.context_length:
             self._apply_context_length(context_length)
         return self.threshold_tokens
+
+    def use_window(self, context_length: int, max_tokens: int | None) -> None:
+        """The model that answers changed (failover, ``/model``): budgets follow its window and output reserve.
+
+        A window lowered after an overflow belonged to the previous model and goes with it; while another
+        model than the engine's own answers, the exported state keeps the engine's own window, so a restart
+        mid-episode does not keep the other model's window once the engine's own model is back."""
+        if context_length <= 0:
+            raise ValueError("context_length must be positive")
+        if (context_length, max_tokens) == self._model_window:
+            return
+        self._model_window = (context_length, max_tokens)
+        self.max_tokens = max_tokens
+        self._apply_context_length(context_length)
 
     @property
     def tail_token_budget(self) -> int:
@@ -219,9 +236,9 @@ class ContextCompressor(ContextEngine):
 
     def export_state(self) -> dict[str, Any]:
         """JSON-serializable state for persistence (cooldowns as wall-clock expiry)."""
-        return self._state.export(
-            monotonic_now=self._clock(), wall_now=self._wall_clock(), context_length=self.context_length
-        )
+        own = self._model_window == self._home_window
+        return self._state.export(monotonic_now=self._clock(), wall_now=self._wall_clock(),
+                                  context_length=self.context_length if own else self._home_window[0])
 
     def load_state(self, data: Mapping[str, Any]) -> None:
         """Restore `export_state` output; a smaller saved context length (error recovery) is re-applied."""

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Completion", "Provider", "TextProgress", "Usage"]
+__all__ = ["Completion", "ModelLimits", "Provider", "TextProgress", "Usage"]
 
 # Called while a reply streams in, with its visible text so far (a retried request starts again from "").
 TextProgress = Callable[[str], Awaitable[None]]
@@ -57,6 +57,15 @@ class Completion:
         return list(self.message.get("tool_calls") or [])
 
 
+@dataclass(frozen=True, slots=True)
+class ModelLimits:
+    """The model a provider's next call goes to: its name, window and output reserve (None: not set)."""
+
+    model: str
+    context_length: int
+    max_tokens: int | None = None
+
+
 class Provider(ABC):
     """An LLM backend speaking internal OpenAI-format messages.
 
@@ -84,6 +93,11 @@ class Provider(ABC):
 
         With ``stream`` the reply arrives over SSE and ``on_text`` (if given) hears its text as it grows.
         """
+
+    def planned(self) -> ModelLimits | None:
+        """The limits of the model the next call goes to, for a provider that chooses among several models
+        (failover); None: one model, whose window the caller configured."""
+        return None
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook, default does nothing
         """Release connections the provider owns (idempotent)."""

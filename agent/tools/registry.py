@@ -24,8 +24,10 @@ __all__ = [
     "DEFAULT_MAX_RESULT_CHARS",
     "DEFAULT_TIMEOUT_S",
     "Tool",
+    "ToolError",
     "ToolOutcome",
     "ToolRegistry",
+    "ToolSource",
     "cap_text",
 ]
 
@@ -37,6 +39,11 @@ _MAX_ERROR_DETAIL = 400
 _MAX_LISTED_ERRORS = 8
 
 Handler = Callable[[dict[str, Any]], Awaitable[str]]
+
+
+class ToolError(Exception):
+    """A failure a tool foresaw and explains itself (a service down): the model reads the message, and the log
+    gets one line without a traceback."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,13 +90,33 @@ def cap_text(text: str, limit: int) -> str:
     return text[:head] + marker + text[len(text) - (keep - head):]
 
 
+# Tools that come and go with something outside the agent (an MCP server): asked each time they are needed.
+ToolSource = Callable[[], Sequence[Tool]]
+
+
 class ToolRegistry:
-    """The tools of one agent. Names are unique; the order of registration is the order of the schemas."""
+    """The tools of one agent. Names are unique; the order of registration is the order of the schemas, and
+    the tools of the sources (`add_source`) follow, in their own order."""
 
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
+        self._sources: list[ToolSource] = []
         for tool in tools:
             self.register(tool)
+
+    def add_source(self, source: ToolSource) -> None:
+        """Offer the tools ``source()`` returns at the time of each request and call; a name the registry
+        already holds is not shadowed."""
+        self._sources.append(source)
+
+    def _all(self) -> dict[str, Tool]:
+        if not self._sources:
+            return self._tools
+        tools = dict(self._tools)
+        for source in self._sources:
+            for tool in source():
+                tools.setdefault(tool.name, tool)
+        return tools
 
     def register(self, tool: Tool) -> None:
         """Add ``tool``; a second tool with the same name is a programming error."""
@@ -112,18 +139,18 @@ class ToolRegistry:
                                handler, timeout_s=timeout_s))
 
     def __contains__(self, name: object) -> bool:
-        return name in self._tools
+        return name in self._all()
 
     def __len__(self) -> int:
-        return len(self._tools)
+        return len(self._all())
 
     def names(self) -> list[str]:
-        """Registered tool names in registration order."""
-        return list(self._tools)
+        """Tool names: the registered ones in registration order, then the sources'."""
+        return list(self._all())
 
     def schemas(self) -> list[dict[str, Any]]:
         """Schemas of every tool, for the request (they count toward its size)."""
-        return [tool.schema() for tool in self._tools.values()]
+        return [tool.schema() for tool in self._all().values()]
 
     async def execute(self, call: Mapping[str, Any]) -> ToolOutcome:
         """Run one model tool call; every failure becomes an error result, never an exception."""
@@ -131,9 +158,10 @@ class ToolRegistry:
         fn = call.get("function") or {}
         name = str(fn.get("name") or "")
         started = time.monotonic()
-        tool = self._tools.get(name)
+        tools = self._all()
+        tool = tools.get(name)
         if tool is None:
-            available = ", ".join(self._tools) or "none"
+            available = ", ".join(tools) or "none"
             return ToolOutcome(call_id, name, f"Error: unknown tool {name!r}. Available tools: {available}.", False)
         args, problem = _parse_arguments(tool, fn.get("arguments"))
         if problem:
@@ -147,6 +175,9 @@ class ToolRegistry:
                 text, ok = _failure_text(name, exc), False
             else:
                 text, ok = f"Error: tool {name!r} timed out after {tool.timeout_s:g} s and was stopped.", False
+        except ToolError as exc:
+            log.info("tool %s: %s", name, redact_secrets(str(exc)))
+            text, ok = f"Error: {redact_secrets(str(exc))}", False
         except Exception as exc:  # a tool's own bug must not end the turn; the model sees what happened
             log.warning("tool %s failed: %s", name, type(exc).__name__, exc_info=True)
             text, ok = _failure_text(name, exc), False

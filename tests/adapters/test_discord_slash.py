@@ -48,9 +48,9 @@ async def test_commands_are_synced_at_login(fake_discord: FakeDiscord, start_sla
     assert (focus["name"], focus["type"], focus.get("required", False)) == ("focus", 3, False)
     assert all(by_name[name]["options"] == [] for name in ("new", "status", "stats", "help", "stop", "usage", "pins"))
     options = {name: [(o["name"], o.get("required", False)) for o in by_name[name]["options"]]
-               for name in ("pin", "unpin", "approve", "persona", "remember")}
+               for name in ("pin", "unpin", "approve", "persona", "remember", "model")}
     assert options == {"pin": [("text", True)], "unpin": [("number", True)], "approve": [("code", True)],
-                       "persona": [("text", False)], "remember": [("fact", True)]}
+                       "persona": [("text", False)], "remember": [("fact", True)], "model": [("name", False)]}
     assert "PUT /api/v10/applications/1000/commands" in fake_discord.requests
 
 

@@ -12,17 +12,6 @@ from gateway.config import ConfigError, load_settings, masked_dump
 SECRET = "sk-live-abcdef1234567890"
 
 
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Run every test in an empty dir with no CONCORD_* variables leaking in."""
-    import os
-
-    for key in list(os.environ):
-        if key.startswith("CONCORD_"):
-            monkeypatch.delenv(key)
-    monkeypatch.chdir(tmp_path)
-
-
 def test_defaults() -> None:
     s = load_settings()
     assert s.compression.threshold == 0.50
