@@ -435,6 +435,7 @@ async def run_gateway(settings: Settings) -> int:
 async def _close_runtime(rt: Runtime) -> None:
     await rt.provider.aclose()
     await rt.locks.aclose()
+    await rt.arrivals.aclose()
     await rt.claims.aclose()
     await rt.limits.aclose()
     await rt.store.aclose()
@@ -531,6 +532,7 @@ async def session_status(settings: Settings, store: Store, session_id: str) -> S
     finally:
         await rt.provider.aclose()
         await rt.limits.aclose()  # the store is the caller's
+        await rt.arrivals.aclose()
         await rt.claims.aclose()
 
 
