@@ -3,12 +3,13 @@
 Telegram's long polling allows one poller per bot (a second ``getUpdates`` gets 409 Conflict), so with several
 workers exactly one polls: the holder of the ``telegram-polling`` lease. `RedisLease` is a Redis key with an
 expiry of ``ttl`` seconds holding its holder's token, extended every ``ttl / 3`` while held; a holder that dies
-stops extending it, the key expires and the next worker to ask (every second) takes over, so the gap is at most
-about ``ttl`` seconds plus a second. A holder gives the lease up rather than risk two pollers: at once when
-another worker holds it, and, when Redis does not answer, once the key it last extended may have expired
-there (until then nobody else can take it, so polling goes on through a short hiccup). A holder that finds
-its own key still there when Redis answers again keeps it (issue 30: it used to wait out its own key's
-expiry). Without Redis, `SoleLease` is held from the start.
+stops extending it, the key expires and a worker that finds it free twice in a row (it asks every second)
+takes over, so the gap is at most about ``ttl`` seconds plus two. A holder gives the lease up rather than risk
+two pollers: at once when another worker holds it, and, when Redis does not answer, once the key it last
+extended may have expired there (until then nobody else can take it, so polling goes on through a short
+hiccup). A holder that finds its own key still there when Redis answers again keeps it (issue 30: it used to
+wait out its own key's expiry), and one whose key was lost with Redis's data takes it back before another
+worker's second ask. Without Redis, `SoleLease` is held from the start.
 """
 
 from __future__ import annotations
@@ -49,14 +50,22 @@ class SoleLease(Lease):
         await asyncio.Event().wait()
 
 
-# KEYS[1] the lease, ARGV[1] the holder's token, ARGV[2] its lifetime in ms: extend it if it is ours, take it if
-# nobody holds it. -> 1 held, 0 someone else holds it.
+# KEYS[1] the lease, KEYS[2] who asked first for it while free; ARGV[1] our token, ARGV[2] its lifetime in ms,
+# ARGV[3] '1' when we hold it, ARGV[4] how long a first ask stands, in ms. Ours: extended. Free: taken by its
+# holder at once (its key was lost with Redis's data), by another worker on its second ask, so that a holder
+# whose key vanished has that long to take it back before anyone else polls. -> 1 held, 0 not (yet).
 _TAKE = """
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end
 if holder then return 0 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return 1
+local first = redis.call('GET', KEYS[2])
+if ARGV[3] == '1' or first == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  redis.call('DEL', KEYS[2])
+  return 1
+end
+if not first then redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[4]) end
+return 0
 """
 
 
@@ -78,7 +87,7 @@ class RedisLease(Lease):
 
     async def hold(self, on_gain: Hook, on_loss: Hook) -> None:
         renew_every = self._ttl / 3
-        # Not holding it: asked again often, so a dead holder's lease (or our own after a hiccup) is taken at once.
+        # Not holding it: asked again often, so a dead holder's lease is taken over within two asks.
         ask_every = min(renew_every, 1.0)
         # Held through a Redis that does not answer only while the key we last extended certainly still exists
         # there (it lives ``ttl`` from that request's send), less a renewal's time to stop polling.
@@ -86,7 +95,7 @@ class RedisLease(Lease):
         try:
             while True:
                 sent = self._clock()
-                answer = await self._ask()
+                answer = await self._ask(ask_every)
                 if answer is not None:
                     if answer:
                         confirmed = sent
@@ -95,7 +104,7 @@ class RedisLease(Lease):
                             log.info("lease %s taken by %s", self._name, self._token)
                             await on_gain()
                     elif self.held:
-                        await self._lose(on_loss, "held by another worker")
+                        await self._lose(on_loss, "taken by another worker")
                 elif self.held and self._clock() >= confirmed + self._ttl - renew_every:
                     await self._lose(on_loss, "Redis does not answer")
                 wait = renew_every if self.held and answer else ask_every
@@ -107,10 +116,11 @@ class RedisLease(Lease):
                     # The next worker takes over at once instead of after the expiry.
                     await self._release(keys=[self._name], args=[self._token])
 
-    async def _ask(self) -> bool | None:
-        """Take or extend the lease: True held, False another holds it, None Redis did not answer."""
+    async def _ask(self, ask_every: float) -> bool | None:
+        """Take or extend the lease: True held, False not held, None Redis did not answer."""
+        args = [self._token, max(1, int(self._ttl * 1000)), "1" if self.held else "0", int(ask_every * 3000)]
         try:
-            return bool(await self._take(keys=[self._name], args=[self._token, max(1, int(self._ttl * 1000))]))
+            return bool(await self._take(keys=[self._name, f"{self._name}:first-ask"], args=args))
         except RedisError as exc:
             if self._on_error is not None:
                 self._on_error("lease_renew" if self.held else "lease_acquire")

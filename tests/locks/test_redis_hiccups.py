@@ -171,3 +171,26 @@ async def test_the_polling_lease_is_not_waited_out_by_its_own_holder(private_red
             assert [kind for kind, _ in polling.events] == ["gain"]
     finally:
         await polling.aclose()
+
+
+async def test_a_redis_that_lost_its_data_does_not_hand_the_lease_to_a_second_poller(
+        private_redis: PrivateRedis) -> None:
+    name = f"lease-{uuid.uuid4().hex}"
+    holder, other = _Polling(private_redis.url, name, ttl=6.0), _Polling(private_redis.url, name, ttl=6.0)
+    try:
+        await holder.start()
+        other_task = asyncio.create_task(other.start())
+        await asyncio.sleep(1.0)
+        private_redis.kill()
+        private_redis.start()  # empty: the lease key is gone while its holder is alive and polling
+        await asyncio.sleep(5.0)
+        assert [kind for kind, _ in holder.events] == ["gain"]  # it took its key back and polled throughout
+        assert other.events == []  # the other worker never polled beside it
+        other_task.cancel()
+        await asyncio.gather(other_task, return_exceptions=True)
+    finally:
+        await holder.aclose()
+        if other.task is not None:
+            await other.aclose()
+        else:
+            await other.client.aclose()
