@@ -51,9 +51,10 @@ class SoleLease(Lease):
 
 
 # KEYS[1] the lease, KEYS[2] who asked first for it while free; ARGV[1] our token, ARGV[2] its lifetime in ms,
-# ARGV[3] '1' when we hold it, ARGV[4] how long a first ask stands, in ms. Ours: extended. Free: taken by its
-# holder at once (its key was lost with Redis's data), by another worker on its second ask, so that a holder
-# whose key vanished has that long to take it back before anyone else polls. -> 1 held, 0 not (yet).
+# ARGV[3] '1' when we held it last, ARGV[4] how long a first ask stands, in ms. Ours: extended. Free: taken by
+# its last holder at once (its key expired while Redis did not answer, or was lost with Redis's data), by another
+# worker on its second ask, so that a holder whose key vanished has that long to take it back before anyone
+# else polls. -> 1 held, 0 not (yet).
 _TAKE = """
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end
@@ -84,6 +85,9 @@ class RedisLease(Lease):
         self._take = client.register_script(_TAKE)
         self._release = client.register_script(RELEASE_SCRIPT)
         self.held = False
+        # Whether, as far as this worker knows, it held the lease last (also after giving it up while Redis did
+        # not answer): a free lease is then taken back at once, not on a second ask.
+        self._last_holder = False
 
     async def hold(self, on_gain: Hook, on_loss: Hook) -> None:
         renew_every = self._ttl / 3
@@ -97,6 +101,7 @@ class RedisLease(Lease):
                 sent = self._clock()
                 answer = await self._ask(ask_every)
                 if answer is not None:
+                    self._last_holder = answer
                     if answer:
                         confirmed = sent
                         if not self.held:
@@ -118,7 +123,7 @@ class RedisLease(Lease):
 
     async def _ask(self, ask_every: float) -> bool | None:
         """Take or extend the lease: True held, False not held, None Redis did not answer."""
-        args = [self._token, max(1, int(self._ttl * 1000)), "1" if self.held else "0", int(ask_every * 3000)]
+        args = [self._token, max(1, int(self._ttl * 1000)), "1" if self._last_holder else "0", int(ask_every * 3000)]
         try:
             return bool(await self._take(keys=[self._name, f"{self._name}:first-ask"], args=args))
         except RedisError as exc:
