@@ -152,7 +152,9 @@ class _SkippingUpdatesRequest(HTTPXRequest):
         if isinstance(body, dict) and isinstance(body.get("result"), list):
             body["result"] = [_parseable(_storable(item)) for item in body["result"] if isinstance(item, dict)]
             payload = json.dumps(body).encode()
-            if self.handoff is not None:
+            # PTB's closing call after a stop fetches updates only to discard them (they stay unconfirmed): noted
+            # as fetched, they would never be read, and the next poller would wait for them to settle.
+            if self.handoff is not None and self.polling:
                 self.handoff.fetched(u["update_id"] for u in body["result"] if isinstance(u.get("update_id"), int))
         return code, payload
 

@@ -86,6 +86,8 @@ class Cluster:
     workdir: Path
     env: Mapping[str, str] = field(default_factory=dict)
     worker_env: Sequence[Mapping[str, str]] = ()
+    # The checkout the workers run (another revision's, for a before/after comparison).
+    repo: Path = REPO
     workers: list[Worker] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -116,7 +118,7 @@ class Cluster:
         base = {k: v for k, v in os.environ.items() if not k.startswith("CONCORD_")}
         return {
             **base,
-            "PYTHONPATH": str(REPO),
+            "PYTHONPATH": str(self.repo),
             "CONCORD_LLM__BASE_URL": self.llm_base_url, "CONCORD_LLM__MODEL": "fake-model",
             "CONCORD_LLM__CONTEXT_LENGTH": "200000",
             **self._telegram_env(worker),

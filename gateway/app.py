@@ -466,6 +466,7 @@ async def _close_runtime(rt: Runtime) -> None:
         await rt.mcp.aclose()
     await rt.provider.aclose()
     await rt.locks.aclose()
+    await rt.arrivals.aclose()
     await rt.claims.aclose()
     await rt.limits.aclose()
     await rt.store.aclose()
@@ -562,6 +563,7 @@ async def session_status(settings: Settings, store: Store, session_id: str) -> S
     finally:
         await rt.provider.aclose()
         await rt.limits.aclose()  # the store is the caller's
+        await rt.arrivals.aclose()
         await rt.claims.aclose()
 
 

@@ -28,6 +28,7 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 
 from redis.asyncio import Redis
 from redis.backoff import NoBackoff
@@ -35,6 +36,7 @@ from redis.exceptions import RedisError
 from redis.retry import Retry
 
 from gateway.logthrottle import LogThrottle, describe_cause
+from gateway.redo import Redo
 
 __all__ = ["InProcessLocks", "LockBackend", "RedisLocks", "fail_fast_client"]
 
@@ -108,10 +110,9 @@ def fail_fast_client(url: str, *, connect_timeout: float = 0.5, socket_timeout: 
 
 
 # KEYS[1] the lock, ARGV[1] our token (, ARGV[2] the new expiry in ms): act only on a lock we own.
-_RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0"
-# Remembered timed-out requests (each expires by itself after its TTL anyway): bounded through a long outage.
-MAX_ORPHANS = 10_000
-_RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
+RENEW_SCRIPT = ("if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end "
+                "return 0")
+RELEASE_SCRIPT = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,12 +144,11 @@ class RedisLocks(LockBackend):
         self._max_wait = turn_ttl if max_wait is None else max_wait
         self._wait_note = wait_note_s
         self._cleanup_interval = cleanup_interval
-        self._renew = client.register_script(_RENEW)
-        self._release_script = client.register_script(_RELEASE)
+        self._renew = client.register_script(RENEW_SCRIPT)
+        self._release_script = client.register_script(RELEASE_SCRIPT)
         self._warn = LogThrottle(log)
-        # Locks that may exist in Redis without anybody holding them, with when they expire by themselves.
-        self._orphans: dict[_Held, float] = {}
-        self._janitor: asyncio.Task[None] | None = None
+        # Locks that may exist in Redis without anybody holding them: deleted by their token once Redis answers.
+        self._orphans = Redo("redis-locks", interval=cleanup_interval)
         self._closed = False
 
     @classmethod
@@ -162,7 +162,7 @@ class RedisLocks(LockBackend):
     @property
     def orphans(self) -> int:
         """Lock requests or releases that Redis has not confirmed yet and that are still to be cleaned up."""
-        return len(self._orphans)
+        return self._orphans.pending
 
     @asynccontextmanager
     async def session_turn(self, session_id: str) -> AsyncIterator[None]:
@@ -262,40 +262,18 @@ class RedisLocks(LockBackend):
                                "or Redis restarted)", held.key, held.session_id)
 
     def _orphan(self, held: _Held, ttl: float) -> None:
-        self._orphans[held] = time.monotonic() + ttl
-        while len(self._orphans) > MAX_ORPHANS:  # a long outage: the oldest expire by themselves first
-            del self._orphans[next(iter(self._orphans))]
-        if self._janitor is None or self._janitor.done():
-            self._janitor = asyncio.create_task(self._clean_orphans(), name="redis-lock-janitor")
+        def deleted(result: object) -> None:
+            if result:
+                log.info("deleted lock %s for session %s, set by a request that had timed out", held.key,
+                         held.session_id)
 
-    async def _clean_orphans(self) -> None:
-        """Delete every remembered orphan by its token once Redis answers; forget those that expired."""
-        while self._orphans:
-            await asyncio.sleep(self._cleanup_interval)
-            for held, expires in list(self._orphans.items()):
-                if time.monotonic() >= expires:
-                    del self._orphans[held]
-                    continue
-                try:
-                    deleted = await self._release_script(keys=[held.key], args=[held.token])
-                except RedisError:
-                    break  # still unreachable: try again next round
-                del self._orphans[held]
-                if deleted:
-                    log.info("deleted lock %s for session %s, set by a request that had timed out", held.key,
-                             held.session_id)
+        self._orphans.add(held, partial(self._release_script, keys=[held.key], args=[held.token]), ttl=ttl,
+                          done=deleted)
 
     async def aclose(self) -> None:
         """Delete what orphans Redis still answers for, stop, and close the connection pool. Idempotent."""
         if self._closed:
             return
         self._closed = True
-        if self._janitor is not None:
-            self._janitor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._janitor
-        for held in list(self._orphans):
-            with contextlib.suppress(RedisError):
-                await self._release_script(keys=[held.key], args=[held.token])
-        self._orphans.clear()
+        await self._orphans.aclose()
         await self._client.aclose()

@@ -137,3 +137,26 @@ async def test_a_handler_that_never_returns_does_not_stop_polling() -> None:
     assert handoff.open == 0
     late = handoff.read(8, None)  # its batch was given up on: it is settled alone
     assert late is not None and late.ids == (8,)
+
+
+async def test_polling_stopped_and_started_again_does_not_wait_for_what_its_stop_fetched(
+        fake_telegram: FakeTelegram, telegram_settings: TelegramSettings) -> None:
+    # A worker losing and retaking the polling lease (a Redis hiccup, issue 30): PTB's closing getUpdates call
+    # fetches what arrived meanwhile only to discard it. Noted as fetched, those updates never settled, and the
+    # restarted poller waited the whole bound (a minute) before asking Telegram again.
+    adapter = TelegramAdapter(replace(telegram_settings))
+    inbox = Inbox()
+    await adapter.start(inbox)
+    try:
+        fake_telegram.inject_message("before")
+        await inbox.wait_for(1)
+        fake_telegram.stall_updates = True  # the long poll in flight sees nothing new ...
+        fake_telegram.inject_message("meanwhile")
+        await adapter.stop_polling()  # ... and the closing call fetches "meanwhile" and drops it
+        fake_telegram.stall_updates = False
+        assert adapter.handoff.open == 0
+        await adapter.start_polling()
+        await inbox.wait_for(2, within_s=5)
+        assert [m.text for m in inbox.messages] == ["before", "meanwhile"]
+    finally:
+        await adapter.stop()

@@ -106,7 +106,7 @@ async def test_a_sessions_messages_keep_their_arrival_order_across_workers(
         message = replace(adapter.inbound(f"m{i}", chat_id=chat), message_id=f"id{i}")  # ids unique in the chat
         tasks.append(asyncio.create_task(gateway.router.handle(message, adapter)))
         # The next message arrives once this one has reached its worker (drawn its ticket).
-        while int(await counter.get(f"{shared['key_prefix']}order:next:discord:dm:{chat}") or 0) < i + 1:  # noqa: ASYNC110
+        while int(await counter.hget(f"{shared['key_prefix']}order:tickets:discord:dm:{chat}", "next") or 0) < i + 1:  # noqa: ASYNC110
             await asyncio.sleep(0.002)
     await counter.aclose()
     await asyncio.gather(*tasks)

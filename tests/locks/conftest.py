@@ -52,6 +52,8 @@ class PrivateRedis:
     binary: str
     port: int
     workdir: Path
+    # Keep the data across a kill (an append-only file fsynced on every write), as a production Redis does.
+    persistent: bool = False
     process: subprocess.Popen[bytes] | None = field(default=None)
 
     @property
@@ -60,7 +62,8 @@ class PrivateRedis:
 
     def start(self) -> None:
         self.process = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "yes" if self.persistent else "no", "--appendfsync", "always",
              "--dir", str(self.workdir), "--daemonize", "no",
              # Redis 7 refuses DEBUG (the slow-Redis tests use DEBUG SLEEP) unless enabled at start.
              "--enable-debug-command", "yes"],
@@ -92,16 +95,14 @@ class PrivateRedis:
         os.kill(self.process.pid, signal.SIGCONT)
 
 
-@pytest.fixture
-def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
-    """A running private redis-server (skips, or fails under CONCORD_REQUIRE_SERVICES, without one)."""
+def _private_server(tmp_path: Path, *, persistent: bool) -> Iterator[PrivateRedis]:
     binary = shutil.which("redis-server")
     if binary is None:
         message = "redis-server binary not found"
         if os.environ.get("CONCORD_REQUIRE_SERVICES", "") not in ("", "0", "false"):
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
-    server = PrivateRedis(binary=binary, port=_free_port(), workdir=tmp_path)
+    server = PrivateRedis(binary=binary, port=_free_port(), workdir=tmp_path, persistent=persistent)
     server.start()
     try:
         yield server
@@ -109,3 +110,15 @@ def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
         if server.process is not None:
             server.resume()
         server.kill()
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
+    """A running private redis-server (skips, or fails under CONCORD_REQUIRE_SERVICES, without one)."""
+    yield from _private_server(tmp_path, persistent=False)
+
+
+@pytest.fixture
+def persistent_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
+    """A private redis-server that keeps its data across a kill and a restart."""
+    yield from _private_server(tmp_path, persistent=True)

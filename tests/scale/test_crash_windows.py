@@ -39,7 +39,7 @@ async def _poller(cluster: Cluster, redis_url: str) -> int:
         for _ in range(300):
             holder = await client.get(f"{cluster.key_prefix}lease:telegram-polling")
             if holder is not None:
-                return int(holder.decode().removeprefix("worker-"))
+                return int(holder.decode().removeprefix("worker-").partition("#")[0])
             await asyncio.sleep(0.05)
     finally:
         await client.aclose()
