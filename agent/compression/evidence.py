@@ -151,6 +151,8 @@ class _MessageFacts:
 
 
 _CACHE: LruCache[tuple[Any, ...], _MessageFacts] = LruCache(_CACHE_SIZE)
+# A handoff summary or a system prompt: no facts.
+_NOTHING = _MessageFacts((), (), frozenset())
 
 
 def clear_fact_cache() -> None:
@@ -176,26 +178,25 @@ class _Batch:
             known = self._digests[id(text)] = (text, text_key(text))
         return known[1]
 
-    def key(self, user: bool, text: str, calls: Sequence[Mapping[str, Any]]) -> tuple[Any, ...]:
-        """The cache key of a message's facts: whether it is the user's, its text, each call's arguments and
-        result."""
-        return (user, self.text_key(text), tuple((_arguments_key(call), self._result_key(call)) for call in calls))
-
     def _result_key(self, call: Mapping[str, Any]) -> str | bytes | None:
         result = self.results.get(str(call.get("id")))
         return None if result is None else self.text_key(result)
 
     def facts(self, message: Message, *, values: bool) -> tuple[tuple[str, str], ...]:
-        """The (kind, text) facts of ``message``, from the cache where it has them."""
+        """The (kind, text) facts of ``message``, from the cache where it has them (the key: its role, its
+        text, each call's arguments and result)."""
         role = message.get("role")
         text = content_text(message)
-        if role == "system" or is_summary_text(text):
-            return ()
-        user, calls = role == "user", tool_calls_of(message)
-        key = self.key(user, text, calls)
+        calls = tool_calls_of(message) if role == "assistant" else ()
+        key = (role, text if len(text) <= INLINE_KEY_CHARS else self.text_key(text),
+               tuple((_arguments_key(call), self._result_key(call)) for call in calls) if calls else ())
         entry = _CACHE.get(key)
         if entry is None:
-            scanned = _scanned(text)
+            if role == "system" or is_summary_text(text):
+                entry = _NOTHING
+                _CACHE.put(key, entry)
+                return ()
+            user, scanned = role == "user", _scanned(text)
             present = _GATES.present(scanned)
             pairs: list[tuple[str, str]] = []
             for call in calls:
@@ -207,7 +208,7 @@ class _Batch:
             return entry.first
         if entry.values is None:
             # Facts of calls, rules and errors come first and take their places in the per-kind caps.
-            found = _text_facts(_scanned(text), user, True, entry.present)
+            found = _text_facts(_scanned(text), role == "user", True, entry.present)
             entry.values = _accept(found, entry.first, self.redacted)
         return entry.first + entry.values
 

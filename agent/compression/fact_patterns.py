@@ -232,6 +232,10 @@ def _numbers(text: str) -> Iterator[str]:
 _CASE_TWINS = {"i": ("İ", "ı"), "s": ("ſ",), "k": ("\u212a",)}
 # A character \d matches: an ASCII digit, or (any other Unicode digit) a non-ASCII byte.
 _DIGIT = rb"[0-9\x80-\xff]"
+# What \s matches: ASCII whitespace, the information separators, or (a Unicode space) non-ASCII bytes.
+_SPACE = rb"[\t\n\v\f\r \x1c-\x1f\x80-\xff]"
+# What [\w.+@-] (a path segment's character) matches.
+_SEGMENT = rb"[A-Za-z0-9_.+@\x80-\xff-]"
 
 
 def literals(words: tuple[str, ...]) -> bytes:
@@ -276,15 +280,18 @@ SCANNERS: tuple[Scanner, ...] = (
             values=False),
     Scanner("error", "error", literals(_ERROR_WORDS), _errors, values=False),
     Scanner("url", "url", rb"http", _urls),
-    Scanner("path", "path", rb"/|\.(?:" + _GATE_EXTENSIONS + rb")", _paths),
+    # Two segments after a slash, or a known extension.
+    Scanner("path", "path", rb"/" + _SEGMENT + rb"+/" + _SEGMENT + rb"|\.(?:" + _GATE_EXTENSIONS + rb")", _paths),
     Scanner("uuid", "id", _UUID_HINT_RE.pattern.encode(), _uuids),
     Scanner("hash", "id", rb"[0-9a-f]{7}", _hashes),
-    Scanner("issue", "id", literals(("#", *_ISSUE_WORDS)), _issues),
+    Scanner("issue", "id", rb"(?:" + b"|".join(caseless(w) for w in ("pr", "pull request", "issue", "ticket", "bug", "mr"))
+            + rb")" + _SPACE + rb"*#?" + _SPACE + rb"*" + _DIGIT + rb"|#" + _DIGIT * 2, _issues),
     Scanner("version", "id", _DIGIT + rb"\." + _DIGIT, _versions),
-    Scanner("code", "id", rb"[A-Z0-9]{5}|[A-Z][A-Z0-9]-" + _DIGIT + rb"|[a-z]_[a-z]+_" + _DIGIT * 3, _codes),
+    # A code is kept when it mixes letters and digits, or holds "-" or "_".
+    Scanner("code", "id", rb"[A-Z][0-9]|[0-9][A-Z]|[A-Z][A-Z0-9]-" + _DIGIT + rb"|[a-z]_[a-z]+_" + _DIGIT * 3, _codes),
     Scanner("number", "number",
             # A currency sign, or digits, maybe a space, a unit and no letter after it.
             rb"\$|\xe2\x82\xac|\xc2\xa3|\xc2\xa5"
-            rb"|" + _DIGIT + rb"[0-9,.\x80-\xff]*[\t\n\v\f\r \x1c-\x1f]?(?:" + _GATE_UNITS + rb")(?:[^A-Za-z]|$)",
+            rb"|" + _DIGIT + rb"[0-9,.\x80-\xff]*" + _SPACE + rb"?(?:" + _GATE_UNITS + rb")(?:[^A-Za-z]|$)",
             _numbers),
 )
