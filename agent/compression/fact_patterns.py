@@ -6,7 +6,8 @@ byte pattern that must occur somewhere in the text's UTF-8 encoding whenever the
 finder's pattern made looser, never stricter — lookarounds and ``\\b`` dropped, ``{m,n}`` read as ``{m}``, and
 every class that matches non-ASCII characters in Python (``\\d``, ``\\s``, case-insensitive letters) widened to
 any non-ASCII byte — so a gate can only let a finder run for nothing, never skip a fact. ``None``: always
-run (the finder has its own cheap gate). Adding a kind of fact: add its finder and gate here, in the order
+run. A finder keeps its own cheap check (a literal or a short regex), so without the one-pass scan (no
+hyperscan) every finder runs exactly as it did before the gates. Adding a kind of fact: add its finder and gate here, in the order
 its facts should come; the tests hold every gate to its finder on generated text and on the corpus.
 
 Patterns favour precision over recall — a ledger full of prose fragments would cost tokens and trust — so a
