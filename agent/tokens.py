@@ -14,16 +14,18 @@ import json
 import os
 import tempfile
 import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import tiktoken
 
+from agent.lru import LruCache
+
 __all__ = [
     "ENCODINGS",
     "IMAGE_TOKENS",
+    "INLINE_KEY_CHARS",
     "TokenCounter",
     "TokenLedger",
     "count_key",
@@ -32,6 +34,7 @@ __all__ = [
     "get_counter",
     "message_text",
     "prime_tiktoken_cache",
+    "text_key",
 ]
 
 _BLOB_ROOT = "https://openaipublic.blob.core.windows.net/encodings/"
@@ -49,7 +52,7 @@ _REQUEST_OVERHEAD = 3
 _ROUGH_CHARS_PER_TOKEN = 4
 
 # Texts up to this length key the count cache themselves; longer ones by their digest.
-_INLINE_KEY_CHARS = 512
+INLINE_KEY_CHARS = 512
 
 _prime_lock = threading.Lock()
 
@@ -121,22 +124,27 @@ def _image_count(message: Mapping[str, Any]) -> int:
     return sum(1 for p in content if isinstance(p, Mapping) and p.get("type") in ("image_url", "image"))
 
 
+def text_key(text: str) -> str | bytes:
+    """``text`` itself as a cache key, or past `INLINE_KEY_CHARS` a 128-bit BLAKE2b digest of it, so that a
+    cache entry never pins a large tool output in memory."""
+    if len(text) <= INLINE_KEY_CHARS:
+        return text
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
 def count_key(message: Mapping[str, Any]) -> tuple[Any, ...]:
     """What a message's token count depends on, as a hashable, collision-safe cache key.
 
-    Role, name, tool-call and image counts, and the text itself — or, past `_INLINE_KEY_CHARS`, a 128-bit
-    BLAKE2b digest of it, so that one cache entry never pins a large tool output in memory. Hashing the text
-    is two orders of magnitude cheaper than tokenizing it, and nothing is serialized.
+    Role, name, tool-call and image counts, and the text's `text_key`. Hashing the text is two orders of
+    magnitude cheaper than tokenizing it, and nothing is serialized.
     """
     content, calls = message.get("content"), message.get("tool_calls")
     if isinstance(content, str) and not calls:  # the common case, without building anything
         text, images = content, 0
     else:
         text, images = message_text(message), _image_count(message)
-    ident: str | bytes = text if len(text) <= _INLINE_KEY_CHARS else hashlib.blake2b(
-        text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
     name = message.get("name")
-    return (str(message.get("role") or ""), str(name) if name else None, len(calls or ()), images, ident)
+    return (str(message.get("role") or ""), str(name) if name else None, len(calls or ()), images, text_key(text))
 
 
 class TokenCounter:
@@ -153,9 +161,7 @@ class TokenCounter:
         prime_tiktoken_cache()
         self.encoding_name = encoding
         self._enc = tiktoken.get_encoding(encoding)
-        self._cache: OrderedDict[tuple[Any, ...], int] = OrderedDict()
-        self._cache_size = cache_size
-        self._lock = threading.Lock()
+        self._cache: LruCache[tuple[Any, ...], int] = LruCache(cache_size)
 
     def count_text(self, text: str) -> int:
         """Tokens in plain text (special-token strings are counted as ordinary text)."""
@@ -173,16 +179,11 @@ class TokenCounter:
     def count_message(self, message: Mapping[str, Any]) -> int:
         """Exact tokens of one chat message including framing, tool calls and a flat cost per image."""
         key = count_key(message)
-        with self._lock:
-            hit = self._cache.get(key)
-            if hit is not None:
-                self._cache.move_to_end(key)
-                return hit
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
         value = self._uncached_message(message)
-        with self._lock:
-            self._cache[key] = value
-            if len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
+        self._cache.put(key, value)
         return value
 
     def count_messages(self, messages: Iterable[Mapping[str, Any]]) -> int:

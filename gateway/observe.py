@@ -70,6 +70,7 @@ class GroupObserver:
             self._pending[key] = lines + self._pending.get(key, [])  # kept for the next try
             raise
         live.messages, live.token_counts = [*live.messages, *lines], [*live.token_counts, *counts]
+        live.stored(len(lines))
         self.batches_written += 1
         return len(lines)
 

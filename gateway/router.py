@@ -323,6 +323,9 @@ class Router:
             break
         for out, delivery_id in pending:
             await self.deliveries.send(adapter, out, delivery_id)
+        live = self.sessions.cached(key)
+        if live is not None:
+            live.hand_stored_to_engine()
 
     async def _try_turn(self, key: SessionKey, inbound: Inbound, adapter: Adapter, turn: Turn,
                         asked: float) -> list[tuple[Outbound, int | None]] | None:

@@ -62,6 +62,8 @@ class LiveSession:
     pins: tuple[PinRecord, ...] = ()
     # The configured models as this chat calls them: its own (``/model``) or the main one first.
     models: ChatFailover | None = None
+    # How many of the newest ``messages`` were stored since the engine was last handed them.
+    unseen: int = 0
 
     @property
     def id(self) -> str:
@@ -82,6 +84,17 @@ class LiveSession:
     def held_counts(self) -> list[int] | None:
         """``token_counts`` when they describe ``messages`` (None if the two ever got out of step)."""
         return self.token_counts if len(self.token_counts) == len(self.messages) else None
+
+    def stored(self, count: int) -> None:
+        """``count`` messages were appended to ``messages`` as stored."""
+        self.unseen += count
+
+    def hand_stored_to_engine(self) -> None:
+        """Give the engine the messages stored since the last call (`ContextEngine.on_messages_stored`); for
+        after the answer was sent."""
+        if self.unseen > 0:
+            fresh, self.unseen = self.messages[-self.unseen:], 0
+            self.engine.on_messages_stored(fresh)
 
     @property
     def last_compaction(self) -> CompactionInfo | None:

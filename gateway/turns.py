@@ -174,6 +174,7 @@ async def _store_unstored(sessions: SessionManager, live: LiveSession,
         return [], True
     if last == live.watermark + len(new):
         live.messages, live.watermark = stored + new, last
+        live.stored(len(new))
         return new, True
     await rt.storage.run(lambda: _reread(sessions, live), f"reloading session {live.id}")
     return new, False
@@ -241,6 +242,7 @@ async def _append(sessions: SessionManager, live: LiveSession, new: list[dict[st
         last = await rt.store.messages.append(live.id, new, counts, handled=handled)
     if last == live.watermark + len(new):
         live.messages, live.token_counts, live.watermark = live.messages + new, live.token_counts + counts, last
+        live.stored(len(new))
     else:
         # Another process wrote meanwhile: take its rows, in stored order, and the engine state it saved.
         await rt.storage.run(lambda: _reread(sessions, live), f"reloading session {live.id}")

@@ -31,6 +31,7 @@ from agent.compression.assemble import AssemblyResult, assemble, sanitize_tool_p
 from agent.compression.boundaries import Boundaries, find_boundaries, head_size, min_tail_count
 from agent.compression.clip import ClipResult, clip_limit, clip_oversized
 from agent.compression.engine import CompressionResult, ContextEngine
+from agent.compression.evidence import remember_facts
 from agent.compression.fallback import build_static_summary
 from agent.compression.feasibility import feasible_threshold, summary_output_reserve
 from agent.compression.ledger import Ledger, build_ledger, ledger_cap
@@ -287,6 +288,11 @@ class ContextCompressor(ContextEngine):
     def number_messages(self, first_seq: int) -> None:
         """Message numbers for the ledger: the first non-system message is ``first_seq`` (default 1)."""
         self._first_seq = first_seq
+
+    def on_messages_stored(self, messages: Sequence[Mapping[str, Any]]) -> None:
+        """Find the evidence facts of ``messages`` now, so that the compaction that summarizes them only
+        assembles them (a message's facts never change; they are kept in a bounded in-process cache)."""
+        remember_facts(messages)
 
     def record_ineffective(self) -> None:
         """Count a compression that did not help although it saved tokens (overflow recovery whose retry

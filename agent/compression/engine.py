@@ -135,6 +135,10 @@ class ContextEngine(ABC):
         (the rest follow one by one), so a summary can cite the numbers ``read_history`` opens.
         Engines that cite nothing ignore it."""
 
+    def on_messages_stored(self, messages: Sequence[Mapping[str, Any]]) -> None:  # noqa: B027
+        """``messages`` were just stored (a turn's, with its tool calls' results), off the answer's path: an
+        engine may do now what a later compaction would otherwise do for them. Default: nothing."""
+
     def tools(self) -> list[dict[str, Any]]:
         """Tool schemas (OpenAI function format) this engine offers the agent."""
         return []

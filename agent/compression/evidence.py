@@ -5,26 +5,42 @@ URLs, identifiers, measured numbers, error lines, and the rules the user stated.
 the messages themselves, each with the number of the message it came from, so the ledger (`ledger.py`) can
 put them in the summary verbatim and the agent can open the source with ``read_history``.
 
-Everything is pure and deterministic: the same messages give the same facts, in message order. Patterns
-favour precision over recall — a ledger full of prose fragments would cost tokens and trust — so a
-constraint needs a deontic cue in an imperative or first/second-person frame ("never push to main", "you
-must use UTC", "我们必须用 UTC", "不要改这个文件"), and idioms such as "I must say", "never mind", "don't
-know", "别人", "只是" are not rules.
+Everything is pure and deterministic: the same messages give the same facts, in message order. What to
+look for is `fact_patterns.SCANNERS`; `fact_scan` decides in one pass which of its finders can find anything
+in a text.
+
+A message's facts do not change, so they are found once: a bounded in-process cache keeps them per message,
+keyed like the token counts (the text itself, or its digest past 512 characters) plus the results of its
+tool calls (a command's exit status comes from its result). `remember_facts` fills it when messages are
+stored, so a compaction, a hygiene pass or ``/compress`` later only assembles them; after a restart the
+first compaction finds them again, in one pass per text.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from agent.compression.describe import call_arguments
+from agent.compression.fact_patterns import ERROR_RE, SCANNERS, URL_RE, extract_constraints
+from agent.compression.fact_scan import GateScan
 from agent.compression.messages import Message, content_text, tool_calls_of
 from agent.compression.redact import redact_secrets
 from agent.compression.summary import is_summary_text
+from agent.lru import LruCache
+from agent.tokens import INLINE_KEY_CHARS, text_key
 
-__all__ = ["FACT_KINDS", "Fact", "extract_constraints", "extract_facts", "facts_of_message"]
+__all__ = [
+    "FACT_KINDS",
+    "Fact",
+    "clear_fact_cache",
+    "extract_constraints",
+    "extract_facts",
+    "facts_of_message",
+    "remember_facts",
+]
 
 FACT_KINDS = ("constraint", "error", "command", "path", "id", "url", "number")
 
@@ -41,103 +57,9 @@ _EXIT_RE = re.compile(
     r"(?i)\b(?:exit(?:ed)?(?:\s+with)?(?:\s+code|\s+status)?|return\s*code|returncode|exit_code|status\s+code)"
     r"[\s:=\"']{0,4}(-?\d{1,3})\b"
 )
-
-_URL_RE = re.compile(r"https?://[^\s<>\"'`)\]}]+")
-_EXTENSIONS = (
-    "py|pyi|js|jsx|ts|tsx|mjs|cjs|json|jsonl|ya?ml|toml|ini|cfg|conf|md|rst|txt|csv|tsv|log|sh|bash|zsh|ps1|"
-    "c|h|cc|cpp|hpp|cs|go|rs|java|kt|swift|rb|php|pl|lua|sql|html?|css|scss|vue|svelte|xml|lock|env|"
-    "dockerfile|mk|gradle|proto|ipynb|patch|diff|service|timer|socket|deb|rpm|tar|gz|tgz|zip|so|dll|exe|iso|img"
-)
-_EXTENSION_SET = frozenset(_EXTENSIONS.replace("ya?ml", "yml|yaml").replace("html?", "htm|html").split("|"))
-# A whole token that is an absolute/relative path of 2+ segments, or a name with a known extension.
-_PATH_RE = re.compile(
-    rf"(?:(?:~|\.{{1,2}})?/(?:[\w.+@-]+/)*[\w.+@-]+(?:/[\w.+@-]+)+/?"     # /usr/bin/env, ./a/b, ~/x/y
-    rf"|(?:[\w.+@-]+/)+[\w.+@-]+\.(?:{_EXTENSIONS})"                  # src/app.py
-    rf"|~?/[\w.+@-]+\.(?:{_EXTENSIONS})"                              # /etc.conf
-    rf"|[\w+@-][\w.+@-]*\.(?:{_EXTENSIONS}))",                        # config.py
-    re.I,
-)
-_TOKEN_EDGES = "'\"`()<>[]{},;:|=*!?"
-# A pattern opening with a lookbehind or ``\b`` is tried at every position of the text; a leading lookahead
-# of the characters a match can start with lets the regex engine skip the others in C (2× faster overall).
-_HEX_RE = re.compile(r"\b[0-9a-f]{7,40}\b")  # with a digit and a letter (checked after: lookaheads are slow)
-# Only text holding this can hold a UUID; it opens with a literal, so the check is a fast C scan.
-_UUID_HINT_RE = re.compile(r"-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-")
-_UUID_RE = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I)
-_ISSUE_RE = re.compile(r"(?i)(?=[pitbm#])(?:\b(?:PR|pull request|issue|ticket|bug|MR)\s*#?\s*\d{1,7}\b|(?<![\w&#])#\d{2,7}\b)")
-_VERSION_RE = re.compile(r"(?=[v\d])(?:(?<![\w.])v?\d+\.\d+(?:\.\d+)+(?:[-+][\w.]+)?\b|\bv\d+\.\d+\b)")
-# Codes such as booking references (ZFA04Y), tickets (OPS-1234), user ids (mia_li_3668).
-_CODE_RE = re.compile(
-    r"\b(?:[A-Z0-9]{5,12}"
-    r"|[A-Z][A-Z0-9]{1,9}-\d{1,7}"
-    r"|[a-z]+(?:_[a-z]+)+_\d{3,})\b"
-)
-_UNITS = (
-    r"ms|µs|us|ns|s|sec|secs|seconds?|min|mins|minutes?|h|hrs?|hours?|days?|weeks?|months?|years?|"
-    r"[KMGTP]i?B|[KMGT]b|bytes?|B|kbps|Mbps|Gbps|Hz|kHz|MHz|GHz|%|px|pt|em|rem|dpi|fps|rps|qps|"
-    r"req/s|ops/s|tokens?|lines?|files?|rows?|records?|items?|users?|requests?|cores?|threads?|"
-    r"°C|°F|C|F|kg|g|mg|km|m|cm|mm|mi|ft|in|V|W|kW|mAh|"
-    r"USD|EUR|GBP|CNY|RMB|JPY|dollars?|euros?|"
-    r"秒|毫秒|分钟|小时|天|周|个月|年|元|块|美元|欧元|个|次|行|条|人|台|核|倍"
-)
-_NUMBER_RE = re.compile(
-    rf"(?=[$€£¥\d])(?:[$€£¥]\s?\d[\d,]*(?:\.\d+)?\b"
-    rf"|(?<![\w.])\d[\d,]*(?:\.\d+)?\s?(?:{_UNITS})(?![A-Za-z]))"
-)
-# Test-runner progress ("[ 30%]") is not a measurement.
-_PROGRESS_RE = re.compile(r"\[\s*\d{1,3}%\]")
-# The exception/failure line itself; a "Traceback (most recent call last)" header is not one.
-_ERROR_RE = re.compile(
-    r"^\s*(?:E\s+)?(?:"
-    r"(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Fault)\b(?::|$|\s*\()"
-    r"|(?:error|fatal|panic|FATAL|ERROR|Error)(?:\[\w+\])?:\s"
-    r"|FAILED\s|npm ERR!|E:\s|Segmentation fault|command not found|No such file or directory"
-    r"|.*?:\s(?:command not found|No such file or directory|Permission denied)$"
-    r")"
-)
-
-# Cheap literal checks before the costlier scans: no cue word, no rule; no error word, no error line.
-_CUES = ("must", "never", "always", "don't", "do not", "dont", "prefer", "only", "avoid", "make sure", "shall",
-         "should", "必须", "务必", "一定", "不", "禁止", "请勿", "千万", "永远", "始终", "只", "别", "优先", "喜欢",
-         "偏好", "宁可", "一律")
-_CUE_RE = re.compile("|".join(map(re.escape, _CUES)))  # one scan of the lower-cased text
-_MAX_ERROR_LINES = 400
-_ISSUE_WORDS = ("PR", "pull request", "issue", "Issue", "ticket", "Ticket", "bug", "Bug", "MR")
-_ERROR_WORDS = ("Error", "Exception", "error", "ERROR", "FAIL", "fatal", "FATAL", "panic", "ERR!", "E:",
-                "Exit", "Interrupt", "Failure", "Fault", "fault", "not found", "No such file", "Permission denied")
-_ERROR_WORD_RE = re.compile("|".join(map(re.escape, _ERROR_WORDS)))
-
-# --- constraints ---------------------------------------------------------------------------------------
-
-_SENTENCE_RE = re.compile(r"[^.!?。！？\n]+[.!?。！？]*")
-_EN_RULE = re.compile(
-    r"(?ix)"
-    r"(?:^|\b(?:please|pls|you|we|i|they|it|this|that|everything|everyone|nobody|the\s+\w+)\s+)"
-    r"(?:"
-    r"(?:must|mustn't|must\s+not|shall\s+not|should\s+never|should\s+always|should\s+not|shouldn't)\b"
-    r"|(?:always|never)\s+(?!mind\b|heard\b|seen\b|knew\b|thought\b|been\b|had\b|was\b|were\b|did\b|got\b"
-    r"|really\b|ever\b|again\b|before\b|once\b|in\b|the\b|a\b)\w+"
-    r"|(?:don't|do\s+not|dont)\s+(?!know\b|think\b|understand\b|care\b|remember\b|see\b|get\b|have\b|mind\b"
-    r"|worry\b|bother\b|believe\b|recall\b|mean\b|quite\b|really\b|even\b)\w+"
-    r"|(?:only)\s+(?:use|answer|reply|respond|write|output|return|run|touch|edit|modify|change|commit|deploy|"
-    r"push|call|speak|talk|ever)\b"
-    r"|(?:prefer|would\s+prefer|'d\s+prefer)\b"
-    r"|make\s+sure\b|avoid\b"
-    r")"
-)
-# "I must say", "I must admit": opinions, not rules.
-_EN_NOT_RULE = re.compile(
-    r"(?i)\b(?:must\s+(?:say|admit|confess|have|'ve|be\s+(?:kidding|joking|nice|fun|great|hard|tough)|"
-    r"be\s+(?:a|an|the|some|my|your|his|her|that|this)\b)|never\s+mind|nevermind|i\s+never\b|"
-    r"i\s+always\s+(?:forget|forgot|wonder|wondered|thought|liked|loved|hated|get|got|had|was|knew)\b|"
-    r"i\s+(?:don't|do\s+not)\s+(?:know|think|understand|care|remember|see|get))"
-)
-_ZH_RULE = re.compile(r"必须|务必|一定|不要|不许|不准|不能|禁止|请勿|千万|永远|始终|只能|只用|只回答|只说|只写|只改|只在|别|优先|更喜欢|偏好|宁可|一律")
-# Compounds in which those characters are not a rule: 别人 (others), 只是 (just), 不要紧 (never mind), …
-_ZH_NOT_RULE = re.compile(
-    r"别人|别的|别处|区别|特别|分别|类别|级别|告别|识别|差别|性别|个别|不要紧|不一定|一定是|一定会|说不定|"
-    r"永远不会|我不能|不能说|不能确定|要不要|能不能|可不可以"
-)
+# Messages whose facts the cache keeps (an entry holds a few short strings and a 16-byte digest).
+_CACHE_SIZE = 50_000
+_GATES = GateScan(SCANNERS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,103 +84,13 @@ def _scanned(text: str) -> str:
     return text[:_SCAN_HEAD] + "\n" + text[-_SCAN_TAIL:]
 
 
-def _is_constraint(sentence: str) -> bool:
-    text = sentence.strip()
-    if not text or text.endswith(("?", "？")):
-        return False
-    if _ZH_RULE.search(text):
-        cleaned = _ZH_NOT_RULE.sub("", text)
-        if _ZH_RULE.search(cleaned):
-            return True
-    return bool(_EN_RULE.search(text)) and not _EN_NOT_RULE.search(text)
-
-
-def extract_constraints(text: str) -> list[str]:
-    """The sentences of ``text`` that state a rule or preference (English or Chinese cues), in order."""
-    found: list[str] = []
-    for sentence in _SENTENCE_RE.findall(text):
-        # A speaker tag ("[Ann] never push on Fridays") is not part of the rule's frame.
-        body = re.sub(r"^\s*\[[^\]]{1,60}\]\s*", "", sentence).strip()
-        if len(body) >= 6 and _is_constraint(body):
-            found.append(body)
-    return found
-
-
-def _mixed(token: str) -> bool:
-    """Letters and digits both (a hash or a code, not a word or a plain number)."""
-    if token.isascii() and token.isalnum():  # the common case, decided by C-level scans
-        return not token.isdigit() and not token.isalpha()
-    return any(c.isdigit() for c in token) and any(c.isalpha() for c in token)
-
-
-def _ids(text: str) -> Iterator[str]:
-    if _UUID_HINT_RE.search(text):
-        yield from _UUID_RE.findall(text)
-    yield from (h for h in _HEX_RE.findall(text) if _mixed(h))
-    if "#" in text or any(word in text for word in _ISSUE_WORDS):
-        yield from (m.group(0) for m in _ISSUE_RE.finditer(text))
-    if "." in text:
-        yield from (m.group(0) for m in _VERSION_RE.finditer(text))
-    yield from (c for c in _CODE_RE.findall(text) if "_" in c or "-" in c or _mixed(c))
-
-
-def _paths(text: str) -> Iterator[str]:
-    # Token by token: one regex over the whole text backtracks at every position (10× slower).
-    for token in text.split():
-        if "/" not in token and "." not in token:
-            continue
-        if "://" in token:
-            continue
-        # "src/app.py:42:" (grep, tracebacks) and "tests/x.py::test_y" (pytest) name the file before the colon.
-        path = token.strip(_TOKEN_EDGES).split(":", 1)[0].rstrip(".,;")
-        if "/" not in path and path.rsplit(".", 1)[-1].lower() not in _EXTENSION_SET:
-            continue
-        # A bare "1.5" style version or "e.g" is not a file; a path has a letter in its last segment.
-        if _PATH_RE.fullmatch(path) and any(c.isalpha() for c in path.rsplit("/", 1)[-1]):
-            yield path
-
-
-def _errors(text: str) -> Iterator[str]:
-    """Error lines in text order; only lines holding an error word are tried (``str.find`` is fast, a
-    line-by-line regex over a long log is not)."""
-    if _ERROR_WORD_RE.search(text) is None:  # most messages: one scan instead of one per word
-        return
-    starts: dict[int, str] = {}
-    for word in _ERROR_WORDS:
-        at = text.find(word)
-        while at >= 0 and len(starts) < _MAX_ERROR_LINES:
-            start = text.rfind("\n", 0, at) + 1
-            end = text.find("\n", at)
-            end = len(text) if end < 0 else end
-            if start not in starts:
-                line = text[start:end]
-                starts[start] = line.strip() if _ERROR_RE.match(line) else ""
-            at = text.find(word, end)
-    yield from (line for _, line in sorted(starts.items()) if line)
-
-
-def _text_facts(text: str, user: bool, values: bool) -> Iterator[tuple[str, str]]:
-    text = _scanned(text)
-    lowered = text.lower() if user else ""
-    if user and _CUE_RE.search(lowered):
-        yield from (("constraint", s) for s in extract_constraints(text))
-    yield from (("error", e) for e in _errors(text))
-    if not values:
-        return
-    if "http" in text:
-        yield from (("url", u.rstrip(".,:;")) for u in _URL_RE.findall(text))
-    yield from (("path", p) for p in _paths(text))
-    yield from (("id", i) for i in _ids(text))
-    yield from (("number", n.group(0)) for n in _NUMBER_RE.finditer(_PROGRESS_RE.sub(" ", text)))
-
-
 def _exit_note(result: str | None) -> str:
     if result is None:
         return "no result recorded"
     match = _EXIT_RE.search(result)
     if match:
         return f"exit {match.group(1)}"
-    return "failed" if any(_ERROR_RE.match(line) for line in result.splitlines()[-20:]) else "ran"
+    return "failed" if any(ERROR_RE.match(line) for line in result.splitlines()[-20:]) else "ran"
 
 
 def _call_facts(call: Mapping[str, Any], result: str | None) -> Iterator[tuple[str, str]]:
@@ -274,39 +106,140 @@ def _call_facts(call: Mapping[str, Any], result: str | None) -> Iterator[tuple[s
             yield "path", value.strip()
     for value in args.values():
         if isinstance(value, str):
-            yield from (("url", u.rstrip(".,:;")) for u in _URL_RE.findall(value[:_SCAN_HEAD]))
+            yield from (("url", u.rstrip(".,:;")) for u in URL_RE.findall(value[:_SCAN_HEAD]))
 
 
-def facts_of_message(message: Message, seq: int, results: Mapping[str, str] | None = None, *,
-                     values: bool = True, redacted: dict[str, str] | None = None) -> list[Fact]:
-    """The facts of one message, ``seq`` being its number; ``results`` maps tool-call ids to their result
-    text (for the exit status of a command). ``values=False`` skips the costly scan of the text for paths,
-    URLs, ids and numbers (rules, errors and the calls' commands and paths are still taken). ``redacted``
-    remembers redactions across calls (a path or an id recurs in many messages). A handoff summary or a
-    system prompt gives none."""
-    role = message.get("role")
-    text = content_text(message)
-    if role == "system" or is_summary_text(text):
-        return []
-    pairs: list[tuple[str, str]] = []
-    for call in tool_calls_of(message):
-        pairs.extend(_call_facts(call, (results or {}).get(str(call.get("id")))))
-    pairs.extend(_text_facts(text, role == "user", values))
+def _text_facts(text: str, user: bool, values: bool, present: frozenset[str]) -> Iterator[tuple[str, str]]:
+    """Raw facts of ``text`` (cut to what is scanned) from the finders that read values, or from the others;
+    ``present``: the finders whose gate occurs."""
+    for scanner in SCANNERS:
+        if scanner.values == values and (user or not scanner.user_only) and scanner.name in present:
+            yield from ((scanner.kind, raw) for raw in scanner.find(text))
+
+
+def _accept(pairs: Iterable[tuple[str, str]], earlier: Sequence[tuple[str, str]],
+            redacted: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """The (kind, text) facts of ``pairs`` a message keeps after ``earlier`` ones: redacted, clipped, each
+    once, at most `_PER_MESSAGE` of a kind."""
+    seen = set(earlier)
     counts: dict[str, int] = {}
-    seen: set[tuple[str, str]] = set()
-    facts: list[Fact] = []
-    memo = {} if redacted is None else redacted
+    for kind, _ in earlier:
+        counts[kind] = counts.get(kind, 0) + 1
+    kept: list[tuple[str, str]] = []
     for kind, raw in pairs:
-        clean = memo.get(raw)
+        clean = redacted.get(raw)
         if clean is None:
-            clean = memo[raw] = redact_secrets(raw)
+            clean = redacted[raw] = redact_secrets(raw)
         clean = _clip(clean, kind)
         if not clean or (kind, clean) in seen or counts.get(kind, 0) >= _PER_MESSAGE[kind]:
             continue
         seen.add((kind, clean))
         counts[kind] = counts.get(kind, 0) + 1
-        facts.append(Fact(kind, clean, seq))
-    return facts
+        kept.append((kind, clean))
+    return tuple(kept)
+
+
+@dataclass(slots=True)
+class _MessageFacts:
+    """What one message yields: its calls' facts, rules and errors (``first``), then the paths, URLs, ids
+    and numbers of its text (``values``; None until something asked for them), and the gates found in its
+    text, so that the later scan for values needs no second pass."""
+
+    first: tuple[tuple[str, str], ...]
+    values: tuple[tuple[str, str], ...] | None
+    present: frozenset[str]
+
+
+_CACHE: LruCache[tuple[Any, ...], _MessageFacts] = LruCache(_CACHE_SIZE)
+# A handoff summary or a system prompt: no facts.
+_NOTHING = _MessageFacts((), (), frozenset())
+
+
+def clear_fact_cache() -> None:
+    """Forget every message's facts (what a restarted process knows)."""
+    _CACHE.clear()
+
+
+class _Batch:
+    """What the messages of one extraction share: the tool results by call id, the cache keys of long texts
+    (each hashed once), and the redactions already made (a path or an id recurs in many messages)."""
+
+    def __init__(self, results: Mapping[str, str] | None) -> None:
+        self.results = results or {}
+        self.redacted: dict[str, str] = {}
+        self._digests: dict[int, tuple[str, str | bytes]] = {}
+
+    def text_key(self, text: str) -> str | bytes:
+        """`agent.tokens.text_key` of ``text``, computed once per text object."""
+        if len(text) <= INLINE_KEY_CHARS:
+            return text
+        known = self._digests.get(id(text))
+        if known is None or known[0] is not text:
+            known = self._digests[id(text)] = (text, text_key(text))
+        return known[1]
+
+    def _result_key(self, call: Mapping[str, Any]) -> str | bytes | None:
+        result = self.results.get(str(call.get("id")))
+        return None if result is None else self.text_key(result)
+
+    def facts(self, message: Message, *, values: bool) -> tuple[tuple[str, str], ...]:
+        """The (kind, text) facts of ``message``, from the cache where it has them (the key: its role, its
+        text, each call's arguments and result)."""
+        role = message.get("role")
+        text = content_text(message)
+        calls = tool_calls_of(message) if role == "assistant" else ()
+        key = (role, text if len(text) <= INLINE_KEY_CHARS else self.text_key(text),
+               tuple((_arguments_key(call), self._result_key(call)) for call in calls) if calls else ())
+        entry = _CACHE.get(key)
+        if entry is None:
+            if role == "system" or is_summary_text(text):
+                entry = _NOTHING
+                _CACHE.put(key, entry)
+                return ()
+            user, scanned = role == "user", _scanned(text)
+            present = _GATES.present(scanned)
+            pairs: list[tuple[str, str]] = []
+            for call in calls:
+                pairs.extend(_call_facts(call, self.results.get(str(call.get("id")))))
+            pairs.extend(_text_facts(scanned, user, False, present))
+            entry = _MessageFacts(_accept(pairs, (), self.redacted), None, present)
+            _CACHE.put(key, entry)
+        if not values:
+            return entry.first
+        if entry.values is None:
+            # Facts of calls, rules and errors come first and take their places in the per-kind caps.
+            found = _text_facts(_scanned(text), role == "user", True, entry.present)
+            entry.values = _accept(found, entry.first, self.redacted)
+        return entry.first + entry.values
+
+
+def _arguments_key(call: Mapping[str, Any]) -> tuple[bool, str | bytes]:
+    fn = call.get("function")
+    raw = fn.get("arguments") if isinstance(fn, Mapping) else fn
+    return isinstance(raw, str), text_key(raw if isinstance(raw, str) else repr(raw))
+
+
+def _results_of(messages: Iterable[Message]) -> dict[str, str]:
+    return {str(m.get("tool_call_id")): content_text(m) for m in messages if m.get("role") == "tool"}
+
+
+def facts_of_message(message: Message, seq: int, results: Mapping[str, str] | None = None, *,
+                     values: bool = True) -> list[Fact]:
+    """The facts of one message, ``seq`` being its number; ``results`` maps tool-call ids to their result
+    text (for the exit status of a command). ``values=False`` skips the costly scan of the text for paths,
+    URLs, ids and numbers (rules, errors and the calls' commands and paths are still taken). A handoff
+    summary or a system prompt gives none."""
+    return [Fact(kind, text, seq) for kind, text in _Batch(results).facts(message, values=values)]
+
+
+def remember_facts(messages: Sequence[Message]) -> None:
+    """Find and keep the facts of ``messages`` (every kind), so a later compaction only assembles them.
+
+    For a caller that stores messages as they come (the gateway, after a turn); a tool call's result is
+    looked up among ``messages``, so pass a call with its results."""
+    batch = _Batch(_results_of(messages))
+    for message in messages:
+        batch.facts(message, values=True)
 
 
 def extract_facts(messages: Sequence[Message], number: Callable[[int], int], *,
@@ -318,14 +251,15 @@ def extract_facts(messages: Sequence[Message], number: Callable[[int], int], *,
     URLs, ids and numbers (the costly scan): a bounded ledger keeps the newest facts anyway. Rules, errors
     and the calls' commands and paths are taken from every message.
     """
-    results = {str(m.get("tool_call_id")): content_text(m) for m in messages if m.get("role") == "tool"}
+    batch = _Batch(_results_of(messages))
     newest: dict[tuple[str, str], Fact] = {}
-    redacted: dict[str, str] = {}
     scanned = 0
     for i in range(len(messages) - 1, -1, -1):
         values = scan_chars is None or scanned < scan_chars
         if values and scan_chars is not None:
             scanned += min(len(content_text(messages[i])), _SCAN_HEAD + _SCAN_TAIL)
-        for fact in facts_of_message(messages[i], number(i), results, values=values, redacted=redacted):
-            newest.setdefault((fact.kind, fact.text), fact)
+        seq = number(i)
+        for kind, text in batch.facts(messages[i], values=values):
+            if (kind, text) not in newest:
+                newest[kind, text] = Fact(kind, text, seq)
     return sorted(newest.values(), key=lambda f: f.seq)

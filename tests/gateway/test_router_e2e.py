@@ -149,3 +149,32 @@ async def test_new_starts_a_fresh_session_and_help_lists_commands(gateway_factor
     assert "/compress [focus]" in adapter.texts()[-1] and "(admins only)" in adapter.texts()[-1]
     await adapter.say("/frobnicate")
     assert adapter.texts()[-1] == "Unknown command /frobnicate. Try /help."
+
+
+async def test_a_turns_stored_messages_get_their_facts_after_the_answer_is_sent(
+        gateway_factory: GatewayFactory, fake_llm: FakeLLMServer, monkeypatch) -> None:
+    from agent.compression import evidence
+    from agent.compression.compressor import ContextCompressor
+
+    _gateway, adapter = await gateway_factory()
+    handed: list[tuple[int, list[str]]] = []
+    original = ContextCompressor.on_messages_stored
+
+    def spy(self: ContextCompressor, messages) -> None:
+        handed.append((len(adapter.sent), [m["content"] for m in messages]))
+        original(self, messages)
+
+    monkeypatch.setattr(ContextCompressor, "on_messages_stored", spy)
+    evidence.clear_fact_cache()
+    fake_llm.reply("done: edited src/app/main.py")
+    await adapter.say("Never deploy on Fridays. Fix src/app/main.py please.")
+    # Handed over once, after the answer went out, with exactly what the turn stored.
+    assert handed == [(1, ["Never deploy on Fridays. Fix src/app/main.py please.", "done: edited src/app/main.py"])]
+
+    def no_scan(*args: object) -> object:
+        raise AssertionError("a stored message was scanned again")
+
+    monkeypatch.setattr(evidence, "_text_facts", no_scan)
+    said = {"role": "user", "content": "Never deploy on Fridays. Fix src/app/main.py please."}
+    assert {(f.kind, f.text) for f in evidence.facts_of_message(said, 1)} >= {
+        ("constraint", "Never deploy on Fridays."), ("path", "src/app/main.py")}

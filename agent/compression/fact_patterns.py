@@ -1,0 +1,298 @@
+"""The evidence extractor's patterns: one table, `SCANNERS`, lists every finder of facts in a text with its gate.
+
+A finder yields raw facts of one kind from a text, with the exact Python patterns below. Its **gate** is a
+byte pattern that must occur somewhere in the text's UTF-8 encoding whenever the finder can yield anything
+(`fact_scan` finds which gates occur, all of them in one pass, and only those finders run). A gate is the
+finder's pattern made looser, never stricter — lookarounds and ``\\b`` dropped, ``{m,n}`` read as ``{m}``, and
+every class that matches non-ASCII characters in Python (``\\d``, ``\\s``, case-insensitive letters) widened to
+any non-ASCII byte — so a gate can only let a finder run for nothing, never skip a fact. ``None``: always
+run. A finder keeps its own cheap check (a literal or a short regex), so without the one-pass scan (no
+hyperscan) every finder runs exactly as it did before the gates. Adding a kind of fact: add its finder and gate here, in the order
+its facts should come; the tests hold every gate to its finder on generated text and on the corpus.
+
+Patterns favour precision over recall — a ledger full of prose fragments would cost tokens and trust — so a
+constraint needs a deontic cue in an imperative or first/second-person frame ("never push to main", "you
+must use UTC", "我们必须用 UTC", "不要改这个文件"), and idioms such as "I must say", "never mind", "don't
+know", "别人", "只是" are not rules.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+__all__ = ["ERROR_RE", "SCANNERS", "URL_RE", "Scanner", "caseless", "extract_constraints", "literals"]
+
+URL_RE = re.compile(r"https?://[^\s<>\"'`)\]}]+")
+_EXTENSIONS = (
+    "py|pyi|js|jsx|ts|tsx|mjs|cjs|json|jsonl|ya?ml|toml|ini|cfg|conf|md|rst|txt|csv|tsv|log|sh|bash|zsh|ps1|"
+    "c|h|cc|cpp|hpp|cs|go|rs|java|kt|swift|rb|php|pl|lua|sql|html?|css|scss|vue|svelte|xml|lock|env|"
+    "dockerfile|mk|gradle|proto|ipynb|patch|diff|service|timer|socket|deb|rpm|tar|gz|tgz|zip|so|dll|exe|iso|img"
+)
+_EXTENSION_SET = frozenset(_EXTENSIONS.replace("ya?ml", "yml|yaml").replace("html?", "htm|html").split("|"))
+# A whole token that is an absolute/relative path of 2+ segments, or a name with a known extension.
+_PATH_RE = re.compile(
+    rf"(?:(?:~|\.{{1,2}})?/(?:[\w.+@-]+/)*[\w.+@-]+(?:/[\w.+@-]+)+/?"     # /usr/bin/env, ./a/b, ~/x/y
+    rf"|(?:[\w.+@-]+/)+[\w.+@-]+\.(?:{_EXTENSIONS})"                  # src/app.py
+    rf"|~?/[\w.+@-]+\.(?:{_EXTENSIONS})"                              # /etc.conf
+    rf"|[\w+@-][\w.+@-]*\.(?:{_EXTENSIONS}))",                        # config.py
+    re.I,
+)
+_TOKEN_EDGES = "'\"`()<>[]{},;:|=*!?"
+# A pattern opening with a lookbehind or ``\b`` is tried at every position of the text; a leading lookahead
+# of the characters a match can start with lets the regex engine skip the others in C (2× faster overall).
+_HEX_RE = re.compile(r"\b[0-9a-f]{7,40}\b")  # with a digit and a letter (checked after: lookaheads are slow)
+# Only text holding this can hold a UUID; it opens with a literal, so the check is a fast C scan.
+_UUID_HINT_RE = re.compile(r"-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-")
+_UUID_RE = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I)
+_ISSUE_RE = re.compile(r"(?i)(?=[pitbm#])(?:\b(?:PR|pull request|issue|ticket|bug|MR)\s*#?\s*\d{1,7}\b|(?<![\w&#])#\d{2,7}\b)")
+_VERSION_RE = re.compile(r"(?=[v\d])(?:(?<![\w.])v?\d+\.\d+(?:\.\d+)+(?:[-+][\w.]+)?\b|\bv\d+\.\d+\b)")
+# Codes such as booking references (ZFA04Y), tickets (OPS-1234), user ids (mia_li_3668).
+_CODE_RE = re.compile(
+    r"\b(?:[A-Z0-9]{5,12}"
+    r"|[A-Z][A-Z0-9]{1,9}-\d{1,7}"
+    r"|[a-z]+(?:_[a-z]+)+_\d{3,})\b"
+)
+_UNITS = (
+    r"ms|µs|us|ns|s|sec|secs|seconds?|min|mins|minutes?|h|hrs?|hours?|days?|weeks?|months?|years?|"
+    r"[KMGTP]i?B|[KMGT]b|bytes?|B|kbps|Mbps|Gbps|Hz|kHz|MHz|GHz|%|px|pt|em|rem|dpi|fps|rps|qps|"
+    r"req/s|ops/s|tokens?|lines?|files?|rows?|records?|items?|users?|requests?|cores?|threads?|"
+    r"°C|°F|C|F|kg|g|mg|km|m|cm|mm|mi|ft|in|V|W|kW|mAh|"
+    r"USD|EUR|GBP|CNY|RMB|JPY|dollars?|euros?|"
+    r"秒|毫秒|分钟|小时|天|周|个月|年|元|块|美元|欧元|个|次|行|条|人|台|核|倍"
+)
+_NUMBER_RE = re.compile(
+    rf"(?=[$€£¥\d])(?:[$€£¥]\s?\d[\d,]*(?:\.\d+)?\b"
+    rf"|(?<![\w.])\d[\d,]*(?:\.\d+)?\s?(?:{_UNITS})(?![A-Za-z]))"
+)
+# Test-runner progress ("[ 30%]") is not a measurement.
+_PROGRESS_RE = re.compile(r"\[\s*\d{1,3}%\]")
+# The exception/failure line itself; a "Traceback (most recent call last)" header is not one.
+ERROR_RE = re.compile(
+    r"^\s*(?:E\s+)?(?:"
+    r"(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Fault)\b(?::|$|\s*\()"
+    r"|(?:error|fatal|panic|FATAL|ERROR|Error)(?:\[\w+\])?:\s"
+    r"|FAILED\s|npm ERR!|E:\s|Segmentation fault|command not found|No such file or directory"
+    r"|.*?:\s(?:command not found|No such file or directory|Permission denied)$"
+    r")"
+)
+
+# Cheap literal checks before the costlier scans: no cue word, no rule; no error word, no error line.
+_CUES = ("must", "never", "always", "don't", "do not", "dont", "prefer", "only", "avoid", "make sure", "shall",
+         "should", "必须", "务必", "一定", "不", "禁止", "请勿", "千万", "永远", "始终", "只", "别", "优先", "喜欢",
+         "偏好", "宁可", "一律")
+_CUE_RE = re.compile("|".join(map(re.escape, _CUES)))  # one scan of the lower-cased text
+_MAX_ERROR_LINES = 400
+_ISSUE_WORDS = ("PR", "pull request", "issue", "Issue", "ticket", "Ticket", "bug", "Bug", "MR")
+_ERROR_WORDS = ("Error", "Exception", "error", "ERROR", "FAIL", "fatal", "FATAL", "panic", "ERR!", "E:",
+                "Exit", "Interrupt", "Failure", "Fault", "fault", "not found", "No such file", "Permission denied")
+_ERROR_WORD_RE = re.compile("|".join(map(re.escape, _ERROR_WORDS)))
+
+# --- constraints ---------------------------------------------------------------------------------------
+
+_SENTENCE_RE = re.compile(r"[^.!?。！？\n]+[.!?。！？]*")
+_EN_RULE = re.compile(
+    r"(?ix)"
+    r"(?:^|\b(?:please|pls|you|we|i|they|it|this|that|everything|everyone|nobody|the\s+\w+)\s+)"
+    r"(?:"
+    r"(?:must|mustn't|must\s+not|shall\s+not|should\s+never|should\s+always|should\s+not|shouldn't)\b"
+    r"|(?:always|never)\s+(?!mind\b|heard\b|seen\b|knew\b|thought\b|been\b|had\b|was\b|were\b|did\b|got\b"
+    r"|really\b|ever\b|again\b|before\b|once\b|in\b|the\b|a\b)\w+"
+    r"|(?:don't|do\s+not|dont)\s+(?!know\b|think\b|understand\b|care\b|remember\b|see\b|get\b|have\b|mind\b"
+    r"|worry\b|bother\b|believe\b|recall\b|mean\b|quite\b|really\b|even\b)\w+"
+    r"|(?:only)\s+(?:use|answer|reply|respond|write|output|return|run|touch|edit|modify|change|commit|deploy|"
+    r"push|call|speak|talk|ever)\b"
+    r"|(?:prefer|would\s+prefer|'d\s+prefer)\b"
+    r"|make\s+sure\b|avoid\b"
+    r")"
+)
+# "I must say", "I must admit": opinions, not rules.
+_EN_NOT_RULE = re.compile(
+    r"(?i)\b(?:must\s+(?:say|admit|confess|have|'ve|be\s+(?:kidding|joking|nice|fun|great|hard|tough)|"
+    r"be\s+(?:a|an|the|some|my|your|his|her|that|this)\b)|never\s+mind|nevermind|i\s+never\b|"
+    r"i\s+always\s+(?:forget|forgot|wonder|wondered|thought|liked|loved|hated|get|got|had|was|knew)\b|"
+    r"i\s+(?:don't|do\s+not)\s+(?:know|think|understand|care|remember|see|get))"
+)
+_ZH_RULE = re.compile(r"必须|务必|一定|不要|不许|不准|不能|禁止|请勿|千万|永远|始终|只能|只用|只回答|只说|只写|只改|只在|别|优先|更喜欢|偏好|宁可|一律")
+# Compounds in which those characters are not a rule: 别人 (others), 只是 (just), 不要紧 (never mind), …
+_ZH_NOT_RULE = re.compile(
+    r"别人|别的|别处|区别|特别|分别|类别|级别|告别|识别|差别|性别|个别|不要紧|不一定|一定是|一定会|说不定|"
+    r"永远不会|我不能|不能说|不能确定|要不要|能不能|可不可以"
+)
+
+
+def _is_constraint(sentence: str) -> bool:
+    text = sentence.strip()
+    if not text or text.endswith(("?", "？")):
+        return False
+    if _ZH_RULE.search(text):
+        cleaned = _ZH_NOT_RULE.sub("", text)
+        if _ZH_RULE.search(cleaned):
+            return True
+    return bool(_EN_RULE.search(text)) and not _EN_NOT_RULE.search(text)
+
+
+def extract_constraints(text: str) -> list[str]:
+    """The sentences of ``text`` that state a rule or preference (English or Chinese cues), in order."""
+    found: list[str] = []
+    for sentence in _SENTENCE_RE.findall(text):
+        # A speaker tag ("[Ann] never push on Fridays") is not part of the rule's frame.
+        body = re.sub(r"^\s*\[[^\]]{1,60}\]\s*", "", sentence).strip()
+        if len(body) >= 6 and _is_constraint(body):
+            found.append(body)
+    return found
+
+
+# --- finders: text → raw facts of one kind, in text order -----------------------------------------------
+
+
+def _constraints(text: str) -> Iterator[str]:
+    if _CUE_RE.search(text.lower()):
+        yield from extract_constraints(text)
+
+
+def _errors(text: str) -> Iterator[str]:
+    """Error lines in text order; only lines holding an error word are tried (``str.find`` is fast, a
+    line-by-line regex over a long log is not)."""
+    if _ERROR_WORD_RE.search(text) is None:  # the fallback's gate: one scan instead of one per word
+        return
+    starts: dict[int, str] = {}
+    for word in _ERROR_WORDS:
+        at = text.find(word)
+        while at >= 0 and len(starts) < _MAX_ERROR_LINES:
+            start = text.rfind("\n", 0, at) + 1
+            end = text.find("\n", at)
+            end = len(text) if end < 0 else end
+            if start not in starts:
+                line = text[start:end]
+                starts[start] = line.strip() if ERROR_RE.match(line) else ""
+            at = text.find(word, end)
+    yield from (line for _, line in sorted(starts.items()) if line)
+
+
+def _urls(text: str) -> Iterator[str]:
+    if "http" in text:
+        yield from (u.rstrip(".,:;") for u in URL_RE.findall(text))
+
+
+def _paths(text: str) -> Iterator[str]:
+    # Token by token: one regex over the whole text backtracks at every position (10× slower).
+    for token in text.split():
+        if "/" not in token and "." not in token:
+            continue
+        if "://" in token:
+            continue
+        # "src/app.py:42:" (grep, tracebacks) and "tests/x.py::test_y" (pytest) name the file before the colon.
+        path = token.strip(_TOKEN_EDGES).split(":", 1)[0].rstrip(".,;")
+        if "/" not in path and path.rsplit(".", 1)[-1].lower() not in _EXTENSION_SET:
+            continue
+        # A bare "1.5" style version or "e.g" is not a file; a path has a letter in its last segment.
+        if _PATH_RE.fullmatch(path) and any(c.isalpha() for c in path.rsplit("/", 1)[-1]):
+            yield path
+
+
+def _mixed(token: str) -> bool:
+    """Letters and digits both (a hash or a code, not a word or a plain number)."""
+    if token.isascii() and token.isalnum():  # the common case, decided by C-level scans
+        return not token.isdigit() and not token.isalpha()
+    return any(c.isdigit() for c in token) and any(c.isalpha() for c in token)
+
+
+def _uuids(text: str) -> Iterator[str]:
+    if _UUID_HINT_RE.search(text):
+        yield from _UUID_RE.findall(text)
+
+
+def _hashes(text: str) -> Iterator[str]:
+    yield from (h for h in _HEX_RE.findall(text) if _mixed(h))
+
+
+def _issues(text: str) -> Iterator[str]:
+    if "#" in text or any(word in text for word in _ISSUE_WORDS):
+        yield from (m.group(0) for m in _ISSUE_RE.finditer(text))
+
+
+def _versions(text: str) -> Iterator[str]:
+    if "." in text:
+        yield from (m.group(0) for m in _VERSION_RE.finditer(text))
+
+
+def _codes(text: str) -> Iterator[str]:
+    yield from (c for c in _CODE_RE.findall(text) if "_" in c or "-" in c or _mixed(c))
+
+
+def _numbers(text: str) -> Iterator[str]:
+    yield from (n.group(0) for n in _NUMBER_RE.finditer(_PROGRESS_RE.sub(" ", text)))
+
+
+# --- gates: byte patterns over the UTF-8 text (see the module docstring) --------------------------------
+
+# Python's case-insensitive ASCII letters also match these (re's documentation names exactly four), and
+# str.lower() turns the Kelvin sign into "k".
+_CASE_TWINS = {"i": ("İ", "ı"), "s": ("ſ",), "k": ("\u212a",)}
+# A character \d matches: an ASCII digit, or (any other Unicode digit) a non-ASCII byte.
+_DIGIT = rb"[0-9\x80-\xff]"
+# What \s matches: ASCII whitespace, the information separators, or (a Unicode space) non-ASCII bytes.
+_SPACE = rb"[\t\n\v\f\r \x1c-\x1f\x80-\xff]"
+# What [\w.+@-] (a path segment's character) matches.
+_SEGMENT = rb"[A-Za-z0-9_.+@\x80-\xff-]"
+
+
+def literals(words: tuple[str, ...]) -> bytes:
+    """A gate for "one of ``words`` occurs", case-sensitive."""
+    return b"|".join(re.escape(word).encode() for word in words)
+
+
+def caseless(word: str) -> bytes:
+    """A gate for ``word`` as a case-insensitive Python pattern (or a ``.lower()`` comparison) matches it."""
+    out = []
+    for char in word:
+        if char.isascii() and char.isalpha():
+            twins = [re.escape(c).encode() for c in sorted({char.lower(), char.upper()})]
+            twins += [twin.encode() for twin in _CASE_TWINS.get(char.lower(), ())]
+            out.append(b"(?:" + b"|".join(twins) + b")")
+        else:
+            out.append(re.escape(char).encode())
+    return b"".join(out)
+
+
+_GATE_UNITS = _UNITS.encode()
+_GATE_EXTENSIONS = b"|".join(caseless(ext) for ext in sorted(_EXTENSION_SET))
+
+
+@dataclass(frozen=True, slots=True)
+class Scanner:
+    """One finder of facts in a text: the ``kind`` it yields, its ``gate`` (None: no gate), and which texts
+    it reads (``user_only``: rules come from what the user said; ``values``: the costly kinds a compaction
+    scans only in its newest messages)."""
+
+    name: str
+    kind: str
+    gate: bytes | None
+    find: Callable[[str], Iterator[str]]
+    user_only: bool = False
+    values: bool = True
+
+
+# In the order their facts come (a message's facts are capped per kind, first come first kept).
+SCANNERS: tuple[Scanner, ...] = (
+    Scanner("constraint", "constraint", b"|".join(caseless(cue) for cue in _CUES), _constraints, user_only=True,
+            values=False),
+    Scanner("error", "error", literals(_ERROR_WORDS), _errors, values=False),
+    Scanner("url", "url", rb"http", _urls),
+    # Two segments after a slash, or a known extension.
+    Scanner("path", "path", rb"/" + _SEGMENT + rb"+/" + _SEGMENT + rb"|\.(?:" + _GATE_EXTENSIONS + rb")", _paths),
+    Scanner("uuid", "id", _UUID_HINT_RE.pattern.encode(), _uuids),
+    Scanner("hash", "id", rb"[0-9a-f]{7}", _hashes),
+    Scanner("issue", "id", rb"(?:" + b"|".join(caseless(w) for w in ("pr", "pull request", "issue", "ticket", "bug", "mr"))
+            + rb")" + _SPACE + rb"*#?" + _SPACE + rb"*" + _DIGIT + rb"|#" + _DIGIT * 2, _issues),
+    Scanner("version", "id", _DIGIT + rb"\." + _DIGIT, _versions),
+    # A code is kept when it mixes letters and digits, or holds "-" or "_".
+    Scanner("code", "id", rb"[A-Z][0-9]|[0-9][A-Z]|[A-Z][A-Z0-9]-" + _DIGIT + rb"|[a-z]_[a-z]+_" + _DIGIT * 3, _codes),
+    Scanner("number", "number",
+            # A currency sign, or digits, maybe a space, a unit and no letter after it.
+            rb"\$|\xe2\x82\xac|\xc2\xa3|\xc2\xa5"
+            rb"|" + _DIGIT + rb"[0-9,.\x80-\xff]*" + _SPACE + rb"?(?:" + _GATE_UNITS + rb")(?:[^A-Za-z]|$)",
+            _numbers),
+)
