@@ -127,17 +127,18 @@ class _Polling:
         self.lease = RedisLease(self.client, name, ttl_s=ttl, holder="worker-1")
         self.events: list[tuple[str, float]] = []
         self.task: asyncio.Task[None] | None = None
+        self._first = asyncio.Event()
 
     async def start(self) -> None:
         async def gain() -> None:
             self.events.append(("gain", time.monotonic()))
+            self._first.set()
 
         async def loss() -> None:
             self.events.append(("loss", time.monotonic()))
 
         self.task = asyncio.create_task(self.lease.hold(gain, loss))
-        while not self.events:
-            await asyncio.sleep(0.02)
+        await self._first.wait()
 
     def off_after(self, back: float) -> float:
         """How long polling stayed off after ``back`` (0 when it never stopped or was on again by then)."""
