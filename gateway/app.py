@@ -42,6 +42,7 @@ from gateway.inbox import Inbox
 from gateway.keys import SessionKey
 from gateway.lease import Lease, RedisLease, SoleLease
 from gateway.limit_backends import InProcessLimits, LimitBackend, RedisLimits
+from gateway.limits import charge_summary
 from gateway.locks import InProcessLocks, LockBackend, RedisLocks, fail_fast_client
 from gateway.logsetup import set_worker
 from gateway.metrics import MeteredProvider, Metrics
@@ -214,8 +215,9 @@ async def build_runtime(settings: Settings, *, provider: Provider | None = None,
     claims, arrivals, redis = _coordination(settings, metrics)
     # The engine's calls are summaries (its main provider is only a fallback for them): metered here, since
     # only the agent loop's own calls arrive as llm:response events.
-    new_engine = _engine_factory(settings, MeteredProvider(provider, metrics),
-                                 MeteredProvider(summary_provider, metrics))
+    # Each summary call is charged, as it returns, to whoever caused the compaction (`gateway.limits`).
+    new_engine = _engine_factory(settings, MeteredProvider(provider, metrics, charge_summary),
+                                 MeteredProvider(summary_provider, metrics, charge_summary))
     worker_id = settings.gateway.worker_id or default_worker_id()
     set_worker(worker_id)  # the same name in every log line as in the delivery ledger and leases
     return Runtime(

@@ -194,7 +194,8 @@ def format_stats(m: Metrics, live_sessions: int) -> str:
         f"LLM calls: {m.llm_calls:,} ({m.agent_llm_calls:,} agent, {m.summary_calls:,} summary, "
         f"{m.summary_failures:,} summary failed)",
         f"Tokens: {m.prompt_tokens:,} prompt, {m.completion_tokens:,} completion, "
-        f"{m.cache_read_tokens:,} cache read",
+        f"{m.cache_read_tokens:,} cache read (summaries: {m.summary_prompt_tokens:,} prompt, "
+        f"{m.summary_completion_tokens:,} completion)",
         f"Tool calls: {m.tool_calls:,} ({m.tool_failures:,} failed)",
         f"Compressions: {done:,} · saved {sum(t.tokens_saved for _, t in tallies):,} tokens · "
         f"aborted {sum(t.aborted for _, t in tallies):,} · static fallback {sum(t.static for _, t in tallies):,}",

@@ -60,7 +60,7 @@ from gateway.delivery import Deliveries
 from gateway.durability import backoff_delay, is_storage_outage
 from gateway.inbox import Inbox, inbound_key
 from gateway.keys import SessionKey, session_key
-from gateway.limits import RateLimiter
+from gateway.limits import RateLimiter, summaries_charged_to
 from gateway.logsetup import bind_log_session, log_context
 from gateway.logthrottle import LogThrottle, describe_cause
 from gateway.metrics import fan_out
@@ -352,7 +352,8 @@ class Router:
             return []
         self.metrics.record_message(inbound.platform)
         try:
-            replies = await self._chain(key, inbound, adapter)
+            with summaries_charged_to(self.limiter, self.limiter.subjects(inbound)):
+                replies = await self._chain(key, inbound, adapter)
         except Exception as exc:
             if is_storage_outage(exc):
                 raise

@@ -1,7 +1,8 @@
 """Scheduled maintenance (R-G6): idle expiry and the hygiene sweep, plus the sweep's report.
 
 The sweep asks the store's indexed query which open sessions are over a limit and loads only those; each is
-handled under its turn lock, exactly as if a message had arrived, so it never races a live conversation.
+handled under its turn lock, exactly as if a message had arrived, so it never races a live conversation. A
+sweep's compaction has no sender: its summary calls are charged to the session's chat (``limits.*``).
 ``concord sweep`` runs the same function once (with a progress bar) for system cron.
 """
 
@@ -20,6 +21,7 @@ from agent.events import EventSink
 from agent.llm.models import context_length_for
 from gateway.compaction import run_hygiene
 from gateway.keys import SessionKey
+from gateway.limits import RateLimiter, summaries_charged_to
 from gateway.metrics import KIND_SWEEP, fan_out
 from gateway.session import END_IDLE, SessionManager
 
@@ -82,15 +84,17 @@ async def sweep(sessions: SessionManager, *, dry_run: bool = False, progress: Pr
     limit_messages = rt.settings.gateway.hygiene_hard_message_limit
     candidates = await rt.store.sessions.list_needing_hygiene(limit_tokens, limit_messages)
     report = SweepReport(dry_run, limit_tokens, limit_messages)
+    limiter = RateLimiter(rt.settings.limits, rt.limits, rt.clock)
     for done, record in enumerate(candidates, start=1):
         key = SessionKey(record.platform, record.chat_key)
         try:
-            async with rt.locks.session_turn(str(key)):
-                current = await rt.store.sessions.get(record.id)
-                if current is None or not current.active:
-                    continue  # ended while we were getting here
-                live = await sessions.attach(current, None, remember=False)
-                outcome = await run_hygiene(sessions, live, dry_run=dry_run, events=events)
+            with summaries_charged_to(limiter, [limiter.chat_subject(key)]):
+                async with rt.locks.session_turn(str(key)):
+                    current = await rt.store.sessions.get(record.id)
+                    if current is None or not current.active:
+                        continue  # ended while we were getting here
+                    live = await sessions.attach(current, None, remember=False)
+                    outcome = await run_hygiene(sessions, live, dry_run=dry_run, events=events)
             check = outcome.check
             if outcome.compressed and outcome.result is not None:
                 text, after = "compressed", outcome.result.tokens_after
