@@ -50,6 +50,7 @@ from gateway.router import Router
 from gateway.runtime import Runtime, default_worker_id, utc_now
 from gateway.scheduler import GatewayScheduler, claim_sweep_slot
 from gateway.session import SessionManager
+from gateway.stops import LocalStops, RedisStops
 from gateway.store import Store
 from gateway.sweep import SweepReport, expire_idle, print_sweep_report, sweep
 
@@ -220,13 +221,15 @@ async def build_runtime(settings: Settings, *, provider: Provider | None = None,
                                  MeteredProvider(summary_provider, metrics, charge_summary))
     worker_id = settings.gateway.worker_id or default_worker_id()
     set_worker(worker_id)  # the same name in every log line as in the delivery ledger and leases
+    stops = LocalStops() if redis is None else RedisStops(
+        redis, prefix=f"{settings.redis.key_prefix}stop:", worker=worker_id, on_error=metrics.record_lock_error)
     return Runtime(
         settings=settings, store=store or await _open_store(settings), locks=locks or _locks(settings, metrics),
         provider=provider, counter=get_counter(settings.llm.encoding),
         new_engine=new_engine, new_memory=_memory_factory(settings),
         model=settings.llm.model, engine_name=settings.context.engine, clock=clock, metrics=metrics,
         claims=claims, arrivals=arrivals, redis=redis, worker_id=worker_id,
-        limits=limits or _limits(settings),
+        limits=limits or _limits(settings), stops=stops,
     )
 
 

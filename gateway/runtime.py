@@ -25,6 +25,7 @@ from gateway.keys import SessionKey
 from gateway.limit_backends import InProcessLimits, LimitBackend
 from gateway.locks import LockBackend
 from gateway.metrics import Metrics
+from gateway.stops import LocalStops, StopRelay
 from gateway.store import Store
 
 __all__ = ["EngineFactory", "MemoryFactory", "Runtime", "default_worker_id", "utc_now"]
@@ -71,3 +72,5 @@ class Runtime:
     limits: LimitBackend = field(default_factory=InProcessLimits)
     # One per process: whether the database is down right now, and the retries through an outage.
     storage: StorageGuard = field(default_factory=StorageGuard)
+    # Carries /stop to the worker running the turn (in Redis when configured; one worker needs nothing).
+    stops: StopRelay = field(default_factory=LocalStops)
