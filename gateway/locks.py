@@ -1,4 +1,4 @@
-"""Per-session locks (R-S5, R-G4) behind one interface: in-process for the embedded default, Redis for many workers.
+"""Per-session and job locks (R-S5, R-G4) behind one interface: in-process for one worker, Redis for many.
 
 Two locks per session, on separate keys:
 
@@ -6,7 +6,10 @@ Two locks per session, on separate keys:
 * the **compression lock** (``try_compression_lock``) never waits: contention yields False and the caller
   leaves the messages unchanged while the holder finishes (fail-safe).
 
-A broken lock backend must never wedge a session: both locks then log a warning (throttled: one line per
+and one per scheduled job that must not run twice at once anywhere (``try_job_lock``: the hygiene sweep, which
+a worker's schedule and a ``concord sweep`` from cron may start together), which never waits either.
+
+A broken lock backend must never wedge a session: the locks then log a warning (throttled: one line per
 failure class, repeats counted) and let the caller proceed unlocked (fail-open), which risks one overlapping
 turn or compaction — the store refuses a stale compaction and a turn then appends after the winner — but
 never a frozen conversation.
@@ -52,6 +55,11 @@ class LockBackend(ABC):
     def try_compression_lock(self, session_id: str) -> AbstractAsyncContextManager[bool]:
         """Yield True if the compression lock was taken, False if someone else holds it (fail-open: True)."""
 
+    @abstractmethod
+    def try_job_lock(self, job: str) -> AbstractAsyncContextManager[bool]:
+        """Yield True while this process runs ``job`` (a sweep) and no other may, False if another process is
+        running it (fail-open: True). Held as long as the block runs."""
+
     async def aclose(self) -> None:  # noqa: B027 — nothing to release for backends without connections
         """Release connections. Idempotent."""
 
@@ -71,7 +79,7 @@ class InProcessLocks(LockBackend):
 
     def __init__(self) -> None:
         self._turns: dict[str, _Slot] = {}
-        self._compressing: set[str] = set()
+        self._held: set[str] = set()  # the try-locks taken: compression per session, jobs
 
     @asynccontextmanager
     async def session_turn(self, session_id: str) -> AsyncIterator[None]:
@@ -85,16 +93,22 @@ class InProcessLocks(LockBackend):
             if slot.users == 0:
                 del self._turns[session_id]
 
+    def try_compression_lock(self, session_id: str) -> AbstractAsyncContextManager[bool]:
+        return self._try(f"compress:{session_id}")
+
+    def try_job_lock(self, job: str) -> AbstractAsyncContextManager[bool]:
+        return self._try(f"job:{job}")
+
     @asynccontextmanager
-    async def try_compression_lock(self, session_id: str) -> AsyncIterator[bool]:
-        if session_id in self._compressing:
+    async def _try(self, name: str) -> AsyncIterator[bool]:
+        if name in self._held:
             yield False
             return
-        self._compressing.add(session_id)
+        self._held.add(name)
         try:
             yield True
         finally:
-            self._compressing.discard(session_id)
+            self._held.discard(name)
 
     def held_keys(self) -> int:
         """How many sessions currently have a turn-lock entry (for tests and metrics)."""
@@ -118,7 +132,7 @@ _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del
 class _Held:
     key: str
     token: str
-    session_id: str
+    owner: str  # what the lock is for, as the log says it: "session telegram:dm:42", "job hygiene-sweep"
 
 
 class RedisLocks(LockBackend):
@@ -166,7 +180,7 @@ class RedisLocks(LockBackend):
 
     @asynccontextmanager
     async def session_turn(self, session_id: str) -> AsyncIterator[None]:
-        held = _Held(f"{self._prefix}turn:{session_id}", uuid.uuid4().hex, session_id)
+        held = _Held(f"{self._prefix}turn:{session_id}", uuid.uuid4().hex, f"session {session_id}")
         if not await self._acquire(held, self._turn_ttl, wait=True,
                                   what="turn lock", fallback="proceeding WITHOUT serialization"):
             yield
@@ -174,11 +188,18 @@ class RedisLocks(LockBackend):
         async with self._holding(held, self._turn_ttl):
             yield
 
+    def try_compression_lock(self, session_id: str) -> AbstractAsyncContextManager[bool]:
+        held = _Held(f"{self._prefix}compress:{session_id}", uuid.uuid4().hex, f"session {session_id}")
+        return self._try(held, what="compression lock", fallback="compressing without it")
+
+    def try_job_lock(self, job: str) -> AbstractAsyncContextManager[bool]:
+        held = _Held(f"{self._prefix}job:{job}", uuid.uuid4().hex, f"job {job}")
+        return self._try(held, what="job lock", fallback="running it without it")
+
     @asynccontextmanager
-    async def try_compression_lock(self, session_id: str) -> AsyncIterator[bool]:
-        held = _Held(f"{self._prefix}compress:{session_id}", uuid.uuid4().hex, session_id)
-        acquired = await self._acquire(held, self._compression_ttl, wait=False,
-                                       what="compression lock", fallback="compressing without it")
+    async def _try(self, held: _Held, *, what: str, fallback: str) -> AsyncIterator[bool]:
+        """Yield True while ``held`` is ours (renewed, released after), False when another holds it."""
+        acquired = await self._acquire(held, self._compression_ttl, wait=False, what=what, fallback=fallback)
         if acquired is None:
             yield True
             return
@@ -203,19 +224,19 @@ class RedisLocks(LockBackend):
                 self._orphan(held, ttl)
                 self._on_error("acquire")
                 self._warn.warning(f"unavailable:{what}:{type(exc).__name__}", "lock backend unavailable (%s): %s "
-                                   "for session %s; %s", describe_cause(exc), what, held.session_id, fallback)
+                                   "for %s; %s", describe_cause(exc), what, held.owner, fallback)
                 return None
             if not wait:
                 return False
             now = time.monotonic()
             if now - started >= self._max_wait:
-                log.warning("session %s: gave up waiting for its %s after %.1f s (the holder keeps renewing it); "
-                            "%s", held.session_id, what, now - started, fallback)
+                log.warning("%s: gave up waiting for its %s after %.1f s (the holder keeps renewing it); "
+                            "%s", held.owner, what, now - started, fallback)
                 return None
             if now - noted >= self._wait_note:
                 noted = now
-                log.info("session %s: waiting for its %s, held by another worker, for %.1f s so far",
-                         held.session_id, what, now - started)
+                log.info("%s: waiting for its %s, held by another worker, for %.1f s so far",
+                         held.owner, what, now - started)
             await asyncio.sleep(self._poll)
 
     @asynccontextmanager
@@ -236,14 +257,14 @@ class RedisLocks(LockBackend):
                 owned = await self._renew(keys=[held.key], args=[held.token, max(1, int(ttl * 1000))])
             except RedisError as exc:
                 self._on_error("renew")
-                self._warn.warning(f"renew:{type(exc).__name__}", "could not renew lock %s for session %s (%s); "
-                                   "retrying", held.key, held.session_id, describe_cause(exc))
+                self._warn.warning(f"renew:{type(exc).__name__}", "could not renew lock %s for %s (%s); "
+                                   "retrying", held.key, held.owner, describe_cause(exc))
                 continue
             if not owned:
                 self._on_error("lost")
-                self._warn.warning("lost", "lock %s for session %s expired or was lost while held (Redis "
+                self._warn.warning("lost", "lock %s for %s expired or was lost while held (Redis "
                                    "restarted or stalled); work may overlap, proceeding", held.key,
-                                   held.session_id)
+                                   held.owner)
                 return
 
     async def _release(self, held: _Held, ttl: float) -> None:
@@ -252,14 +273,14 @@ class RedisLocks(LockBackend):
         except RedisError as exc:
             self._orphan(held, ttl)
             self._on_error("release")
-            self._warn.warning(f"release:{type(exc).__name__}", "could not release lock %s for session %s (%s); "
-                               "it is deleted as soon as Redis answers", held.key, held.session_id,
+            self._warn.warning(f"release:{type(exc).__name__}", "could not release lock %s for %s (%s); "
+                               "it is deleted as soon as Redis answers", held.key, held.owner,
                                describe_cause(exc))
             return
         if not released:
             self._on_error("lost")
-            self._warn.warning("lost-before-release", "lock %s for session %s was lost before release (expired "
-                               "or Redis restarted)", held.key, held.session_id)
+            self._warn.warning("lost-before-release", "lock %s for %s was lost before release (expired "
+                               "or Redis restarted)", held.key, held.owner)
 
     def _orphan(self, held: _Held, ttl: float) -> None:
         self._orphans[held] = time.monotonic() + ttl
@@ -282,8 +303,8 @@ class RedisLocks(LockBackend):
                     break  # still unreachable: try again next round
                 del self._orphans[held]
                 if deleted:
-                    log.info("deleted lock %s for session %s, set by a request that had timed out", held.key,
-                             held.session_id)
+                    log.info("deleted lock %s for %s, set by a request that had timed out", held.key,
+                             held.owner)
 
     async def aclose(self) -> None:
         """Delete what orphans Redis still answers for, stop, and close the connection pool. Idempotent."""
