@@ -31,12 +31,14 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 
 from redis.asyncio import Redis
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 from redis.retry import Retry
 
+from gateway.background import beside, pause
 from gateway.logthrottle import LogThrottle, describe_cause
 
 __all__ = ["InProcessLocks", "LockBackend", "RedisLocks", "fail_fast_client"]
@@ -164,6 +166,7 @@ class RedisLocks(LockBackend):
         self._orphans: dict[_Held, float] = {}
         self._janitor: asyncio.Task[None] | None = None
         self._closed = False
+        self._closing = asyncio.Event()  # stops the janitor (never cancelled mid-call: `gateway.background`)
 
     @classmethod
     def from_url(cls, url: str, *, prefix: str = "concord:lock:", turn_ttl: float = 30.0,
@@ -241,18 +244,16 @@ class RedisLocks(LockBackend):
 
     @asynccontextmanager
     async def _holding(self, held: _Held, ttl: float) -> AsyncIterator[None]:
-        renewer = asyncio.create_task(self._keep(held, ttl))
+        # Renewed beside the block, and told to stop rather than cancelled (`gateway.background`: a cancel
+        # mid-renewal could be swallowed, renewing the lock for good and never returning).
         try:
-            yield
+            async with beside(partial(self._keep, held, ttl), f"lock-renewal:{held.key}"):
+                yield
         finally:
-            renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewer
             await self._release(held, ttl)
 
-    async def _keep(self, held: _Held, ttl: float) -> None:
-        while True:
-            await asyncio.sleep(ttl / 3)
+    async def _keep(self, held: _Held, ttl: float, stopping: asyncio.Event) -> None:
+        while not await pause(stopping, ttl / 3):
             try:
                 owned = await self._renew(keys=[held.key], args=[held.token, max(1, int(ttl * 1000))])
             except RedisError as exc:
@@ -291,8 +292,7 @@ class RedisLocks(LockBackend):
 
     async def _clean_orphans(self) -> None:
         """Delete every remembered orphan by its token once Redis answers; forget those that expired."""
-        while self._orphans:
-            await asyncio.sleep(self._cleanup_interval)
+        while self._orphans and not await pause(self._closing, self._cleanup_interval):
             for held, expires in list(self._orphans.items()):
                 if time.monotonic() >= expires:
                     del self._orphans[held]
@@ -311,10 +311,9 @@ class RedisLocks(LockBackend):
         if self._closed:
             return
         self._closed = True
+        self._closing.set()
         if self._janitor is not None:
-            self._janitor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._janitor
+            await self._janitor
         for held in list(self._orphans):
             with contextlib.suppress(RedisError):
                 await self._release_script(keys=[held.key], args=[held.token])

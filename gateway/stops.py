@@ -30,10 +30,12 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
+from functools import partial
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from gateway.background import beside, pause
 from gateway.busy import RunningTurn, StopOutcome
 from gateway.logthrottle import LogThrottle, describe_cause
 
@@ -126,29 +128,20 @@ class RedisStops(StopRelay):
     def _keys(self, session: str) -> list[str]:
         return [f"{self._prefix}turn:{session}", f"{self._prefix}ask:{session}"]
 
-    @contextlib.asynccontextmanager
-    async def watching(self, session: str, turn: RunningTurn) -> AsyncIterator[None]:
+    def watching(self, session: str, turn: RunningTurn) -> AbstractAsyncContextManager[None]:
         entry = f"{self._worker} {uuid.uuid4().hex}"
-        watcher = asyncio.create_task(self._watch_turn(session, turn, entry), name=f"stop-watch:{session}")
-        try:
-            yield
-        finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
-            try:
-                await self._release(keys=self._keys(session)[:1], args=[entry])
-            except RedisError:
-                self._on_error("stop_release")  # the entry expires by itself within ENTRY_TTL_S
+        return beside(partial(self._watch_turn, session, turn, entry), f"stop-watch:{session}")
 
-    async def _watch_turn(self, session: str, turn: RunningTurn, entry: str) -> None:
+    async def _watch_turn(self, session: str, turn: RunningTurn, entry: str, stopping: asyncio.Event) -> None:
+        """Announce ``turn`` and take its stop requests every `POLL_S` until ``stopping``; then withdraw it."""
         args = [entry, int(ENTRY_TTL_S * 1000), int(ASK_WINDOW_S * 1000)]
         while True:
             try:
-                asks = await self._watch(keys=self._keys(session), args=args)
-                for ask in asks:
+                for ask in await self._watch(keys=self._keys(session), args=args):
                     request = json.loads(ask)
-                    outcome = turn.request_stop(str(request["user"]), bool(request["admin"]))
+                    # A request taken as the turn ended finds nothing left to stop.
+                    outcome = StopOutcome.NOTHING if stopping.is_set() else \
+                        turn.request_stop(str(request["user"]), bool(request["admin"]))
                     log.info("/stop from %s for %s, received by another worker: %s", request["user"], session,
                              outcome.value)
                     await self._answer(str(request["reply"]), outcome, turn.user_name)
@@ -157,7 +150,12 @@ class RedisStops(StopRelay):
                 self._warn.warning(f"watch:{type(exc).__name__}", "redis unavailable (%s): a /stop sent to "
                                    "another worker cannot reach the turn of %s until it is back",
                                    describe_cause(exc), session)
-            await asyncio.sleep(POLL_S)
+            if await pause(stopping, POLL_S):
+                break
+        try:
+            await self._release(keys=self._keys(session)[:1], args=[entry])
+        except RedisError:
+            self._on_error("stop_release")  # the entry expires by itself within ENTRY_TTL_S
 
     async def _answer(self, reply: str, outcome: StopOutcome, name: str) -> None:
         key = f"{self._prefix}told:{reply}"
