@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 import discord
+from discord.gateway import ReconnectWebSocket, WebSocketClosure
 
 from adapters.base import (
     Adapter,
@@ -113,6 +114,69 @@ def _guard_parsers(client: discord.Client) -> None:
         parsers[event] = guarded(event, parse)
 
 
+# What discord.py's own connection loops handle (reconnect, resume, give up): never swallowed here.
+_LIBRARY_HANDLED = (ReconnectWebSocket, WebSocketClosure, discord.ConnectionClosed, discord.HTTPException,
+                    discord.GatewayNotFound, aiohttp.ClientError, OSError, asyncio.TimeoutError)
+
+
+class _BrokenStream(Exception):
+    """The compressed gateway stream could not be inflated: every later frame depends on it."""
+
+
+class _Inflater:
+    """The socket's decompressor, with its failures told apart from a frame that inflated but is unreadable."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def decompress(self, data: bytes, /) -> str | None:
+        try:
+            return self._inner.decompress(data)  # type: ignore[no-any-return]
+        except Exception as exc:
+            raise _BrokenStream(describe(exc)) from None
+
+
+def _guard_frames(client: discord.Client) -> None:
+    """Make a gateway frame discord.py cannot read cost that frame (or, at worst, a RESUME), never a new
+    IDENTIFY.
+
+    discord.py reads a frame in ``DiscordWebSocket.received_message`` before any parser runs: a frame that is
+    not JSON, not an object, or a READY / RESUMED it cannot read raises there, with an exception discord.py does
+    not reconnect on, so ``Client.connect`` ended and the connection was rebuilt from login — a new session,
+    to which Discord replays nothing sent meanwhile. Each new gateway socket passes through the client state's
+    ``_update_references`` (discord.py's own hook, 2.x) before it reads its first frame; there its
+    ``received_message`` is wrapped: an unreadable frame is skipped with one line. A compressed stream that
+    cannot be inflated is broken for every frame after it, so then the socket is closed for a RESUME, which
+    replays the events from the last one read.
+    """
+    state = client._connection
+    update_references = state._update_references
+
+    def guard(ws: Any) -> None:
+        update_references(ws)
+        ws._decompressor = _Inflater(ws._decompressor)
+        ws.received_message = _tolerant(ws, ws.received_message)
+
+    state._update_references = guard  # type: ignore[method-assign]
+
+
+def _tolerant(ws: Any, receive: Callable[[Any], Awaitable[None]]) -> Callable[[Any], Awaitable[None]]:
+    async def received_message(msg: Any, /) -> None:
+        try:
+            await receive(msg)
+        except _LIBRARY_HANDLED:
+            raise
+        except _BrokenStream as exc:
+            log.warning("discord: a compressed gateway frame could not be inflated (%s); resuming the session",
+                        exc)
+            await ws.close(code=4000)  # not 1000: that would end the session instead of letting it resume
+            raise ReconnectWebSocket(ws.shard_id, resume=True) from None
+        except Exception as exc:
+            log.warning("discord: skipping an unreadable gateway frame (%s)", describe(exc))
+
+    return received_message
+
+
 class _OneLineReconnects(logging.Filter):
     """discord.py logs every reconnect of the gateway with a full traceback; one line with the cause is enough
     (a dropped connection is routine, and a dead one is reported by our supervisor at ERROR)."""
@@ -148,6 +212,7 @@ class DiscordAdapter(Adapter):
                               # RateLimited above it.
                               max_ratelimit_timeout=30.0, guild_ready_timeout=0.1)
         _guard_parsers(self.client)
+        _guard_frames(self.client)
         _quiet_reconnects()
         self.client.event(self.on_message)
         self._supervisor: Supervisor | None = None
@@ -192,14 +257,20 @@ class DiscordAdapter(Adapter):
 
     async def _login(self) -> None:
         if self.client.is_closed():
-            self.client.clear()  # discord.py closes the client on some gateway errors; clear() reopens it
+            # discord.py closes the client on close codes it will not reconnect on; clear() reopens it, but the
+            # HTTP connector closed with it would make every later request fail ("Session is closed").
+            self.client.clear()
+            connector = self.client.http.connector
+            if connector is not discord.utils.MISSING and connector.closed:
+                self.client.http.connector = discord.utils.MISSING  # login builds a new one
         await self.client.login(self.settings.token)
 
     async def _connection(self) -> None:
         """One supervised run of the gateway connection: returns or raises when it is lost.
 
-        discord.py reconnects on its own after network drops; what reaches here is what it gives up on (a
-        frame it cannot parse, a close code it treats as final), so the connection is rebuilt from login.
+        discord.py reconnects on its own after network drops, and an unreadable frame costs only that frame
+        (`_guard_frames`); what reaches here is what it gives up on (a close code it treats as final), so the
+        connection is rebuilt from login.
         """
         try:
             if self.client.is_closed() or self.client.http.token is None:

@@ -7,6 +7,13 @@ Webhook mode with a secret token by configuration, answered only once an update 
 (:mod:`adapters.telegram_webhook`), so any worker behind a load balancer can take any update and one that
 dies mid-turn gets it delivered again; ``api_base_url`` points at a local Bot API server.
 
+Both modes are supervised (:mod:`adapters.supervise`): a long poll silent for ``stall_seconds`` is restarted; a
+webhook port that cannot be bound, a setWebhook Telegram refuses or cannot be reached for, a webhook server
+that stopped serving, and a webhook Telegram no longer has for the bot (another process called deleteWebhook or
+set its own) are logged, retried with backoff, and after ``backoff.max_failures`` in a row end the process's
+wait (exit 1, so the service manager restarts it). Telegram's own report that it cannot deliver to the webhook
+(getWebhookInfo's last error) is logged once per new error.
+
 Privacy mode: with BotFather's privacy mode on (the default), Telegram delivers only commands, @mentions
 and replies to the bot in groups. Turn it off (``/setprivacy``) for unaddressed chatter to reach the
 callback as context.
@@ -101,6 +108,8 @@ class TelegramSettings:
     # Polling that fetched nothing (not even an empty answer) for this long is restarted.
     stall_seconds: float = 150.0
     watch_interval: float = 5.0
+    # How often webhook mode asks Telegram whether the bot's webhook is still ours (getWebhookInfo).
+    webhook_check_seconds: float = 60.0
     # Show answers as they grow by editing one message, at most once per ``edit_interval`` s per chat.
     streaming: bool = True
     edit_interval: float = 1.0
@@ -226,6 +235,8 @@ class TelegramAdapter(Adapter):
         self._admin_cache: OrderedDict[tuple[int, int], tuple[float, bool]] = OrderedDict()
         self._running = False
         self._webhook: WebhookServer | None = None
+        self._webhook_set = False  # setWebhook succeeded since the server was last (re)bound
+        self._webhook_error: str | None = None  # Telegram's last delivery error, as last logged
         self._throttle = ChatThrottle(settings.edit_interval)
 
     @property
@@ -249,12 +260,7 @@ class TelegramAdapter(Adapter):
         updater = self.app.updater
         assert updater is not None  # the builder always makes one
         if self.settings.mode == "webhook":
-            assert self.settings.webhook_url and self.settings.webhook_secret  # checked by TelegramSettings
-            self._webhook = WebhookServer(listen=self.settings.webhook_listen, port=self.settings.webhook_port,
-                                          path=self.settings.webhook_path, secret=self.settings.webhook_secret,
-                                          handle=self._webhook_update)
-            await self._webhook.start()
-            await self.app.bot.set_webhook(self.settings.webhook_url, secret_token=self.settings.webhook_secret)
+            await self._start_webhook()
         elif self.settings.poll_on_start:
             await self.start_polling()
         self._running = True
@@ -329,8 +335,60 @@ class TelegramAdapter(Adapter):
         if self._running:
             raise ConnectionError("polling stopped")
 
+    async def _start_webhook(self) -> None:
+        """Serve the webhook and register it with Telegram (retried with backoff; ConnectionError when it keeps
+        failing), then supervise it."""
+        assert self.settings.webhook_url and self.settings.webhook_secret  # checked by TelegramSettings
+        self._webhook = WebhookServer(listen=self.settings.webhook_listen, port=self.settings.webhook_port,
+                                      path=self.settings.webhook_path, secret=self.settings.webhook_secret,
+                                      handle=self._webhook_update)
+        try:
+            await retry_start(self._serve_webhook, what="telegram: webhook", backoff=self.settings.backoff,
+                              fatal=(InvalidToken,))
+        except ConnectionError:
+            await self._webhook.aclose()
+            raise
+        self._supervisor = Supervisor("telegram webhook", self.settings.backoff, fatal=(InvalidToken,))
+        self._supervisor.watch(self._watch_webhook)
+
+    async def _serve_webhook(self) -> None:
+        """Bind the webhook port if it is not serving, then (re)register the webhook with Telegram."""
+        webhook = self._webhook
+        assert webhook is not None and self.settings.webhook_url
+        if not webhook.serving:
+            self._webhook_set = False
+            await webhook.start()
+        if not self._webhook_set:
+            await self.app.bot.set_webhook(self.settings.webhook_url, secret_token=self.settings.webhook_secret)
+            self._webhook_set = True
+
+    async def _watch_webhook(self) -> None:
+        """One supervised run of webhook mode: served and registered, then watched until the server stops
+        serving or Telegram no longer has our webhook for the bot (raises then; the next run serves and
+        registers it again)."""
+        webhook = self._webhook
+        assert webhook is not None
+        await self._serve_webhook()
+        checked = time.monotonic()
+        while True:
+            await asyncio.sleep(self.settings.watch_interval)
+            if not webhook.serving:
+                raise ConnectionError("the webhook server stopped serving")
+            if time.monotonic() - checked < self.settings.webhook_check_seconds:
+                continue
+            checked = time.monotonic()
+            info = await self.app.bot.get_webhook_info()
+            if info.url != self.settings.webhook_url:
+                self._webhook_set = False
+                raise ConnectionError(f"Telegram no longer has this webhook for the bot (it has "
+                                      f"{'another URL' if info.url else 'none'})")
+            if info.last_error_message and info.last_error_message != self._webhook_error:
+                log.warning("telegram: Telegram reports it cannot deliver to the webhook: %s",
+                            info.last_error_message)
+            self._webhook_error = info.last_error_message
+
     async def wait_failed(self) -> BaseException:
-        """The cause, once polling cannot be restarted (see `adapters.supervise`)."""
+        """The cause, once polling or the webhook cannot be restarted (see `adapters.supervise`)."""
         if self._supervisor is None:
             return await super().wait_failed()
         return await self._supervisor.failed

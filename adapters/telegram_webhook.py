@@ -40,8 +40,15 @@ class WebhookServer:
         self._handle = handle
         self._runner: web.AppRunner | None = None
 
+    @property
+    def serving(self) -> bool:
+        """Whether the port is bound and accepting connections."""
+        return self._runner is not None and bool(self._runner.addresses)
+
     async def start(self) -> None:
-        """Bind and serve."""
+        """Bind and serve; OSError (naming the address) when the port cannot be bound. Started again after it
+        stopped serving, it binds anew."""
+        await self.aclose()
         app = web.Application(client_max_size=MAX_BODY)
         app.router.add_post(self.path, self._post)
         self._runner = await bind(app, self.listen, self.port, "telegram webhook")

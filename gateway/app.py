@@ -44,6 +44,7 @@ from gateway.inbox import Inbox
 from gateway.keys import SessionKey
 from gateway.lease import Lease, RedisLease, SoleLease
 from gateway.limit_backends import InProcessLimits, LimitBackend, RedisLimits
+from gateway.limits import charge_summary
 from gateway.locks import InProcessLocks, LockBackend, RedisLocks, fail_fast_client
 from gateway.logsetup import set_worker
 from gateway.metrics import MeteredProvider, Metrics
@@ -51,6 +52,7 @@ from gateway.router import Router
 from gateway.runtime import Runtime, default_worker_id, utc_now
 from gateway.scheduler import GatewayScheduler, claim_sweep_slot
 from gateway.session import SessionManager
+from gateway.stops import LocalStops, RedisStops
 from gateway.store import Store
 from gateway.sweep import SweepReport, expire_idle, print_sweep_report, sweep
 
@@ -238,18 +240,21 @@ async def build_runtime(settings: Settings, *, provider: Provider | None = None,
     claims, arrivals, redis = _coordination(settings, metrics)
     # The engine's calls are summaries (its main provider is only a fallback for them): metered here, since
     # only the agent loop's own calls arrive as llm:response events.
-    new_engine = _engine_factory(settings, MeteredProvider(provider, metrics),
-                                 MeteredProvider(summary_provider, metrics))
+    # Each summary call is charged, as it returns, to whoever caused the compaction (`gateway.limits`).
+    new_engine = _engine_factory(settings, MeteredProvider(provider, metrics, charge_summary),
+                                 MeteredProvider(summary_provider, metrics, charge_summary))
     counter = get_counter(settings.llm.encoding)
     worker_id = settings.gateway.worker_id or default_worker_id()
     set_worker(worker_id)  # the same name in every log line as in the delivery ledger and leases
+    stops = LocalStops() if redis is None else RedisStops(
+        redis, prefix=f"{settings.redis.key_prefix}stop:", worker=worker_id, on_error=metrics.record_lock_error)
     return Runtime(
         settings=settings, store=store or await _open_store(settings), locks=locks or _locks(settings, metrics),
         provider=provider, counter=counter,
         new_engine=new_engine, new_memory=_memory_factory(settings),
         model=settings.llm.model, engine_name=settings.context.engine, clock=clock, metrics=metrics,
         claims=claims, arrivals=arrivals, redis=redis, worker_id=worker_id,
-        limits=limits or _limits(settings),
+        limits=limits or _limits(settings), stops=stops,
         mcp=McpTools([s.spec() for s in settings.tools.mcp_servers], counter=counter)
         if settings.tools.mcp_servers else None,
     )

@@ -2,8 +2,8 @@
 the messages ``collect`` mode gathers into one turn (``gateway.busy_mode``).
 
 Both maps hold only sessions with work in flight, so they are bounded by concurrent work. They are
-per-process: a ``/stop`` reaches the turn only on the worker running it, which is the worker that holds the
-platform connection (Discord gateway, Telegram polling) in every deployment but load-balanced webhooks.
+per-process; each running turn is also announced through a `gateway.stops.StopRelay`, so a ``/stop`` that
+another worker received reaches it too.
 """
 
 from __future__ import annotations
@@ -11,17 +11,31 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import enum
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from adapters.base import Inbound
 from gateway.keys import SessionKey
 
-__all__ = ["Batch", "RunningTurn", "RunningTurns", "StopCause"]
+if TYPE_CHECKING:
+    from gateway.stops import StopRelay
+
+__all__ = ["Batch", "RunningTurn", "RunningTurns", "StopCause", "StopOutcome"]
 
 StopCause = Literal["stop", "interrupt"]
+
+
+class StopOutcome(enum.Enum):
+    """What a /stop did: stopped the running turn, was refused (another sender's answer), found nothing
+    running, or could not reach the worker running it."""
+
+    STOPPED = "stopped"
+    NOT_YOURS = "not_yours"
+    NOTHING = "nothing"
+    UNREACHABLE = "unreachable"
 
 
 @dataclass
@@ -46,24 +60,38 @@ class RunningTurn:
         if self.task is not None and not self.task.done():
             self.task.cancel()
 
+    def request_stop(self, user_id: str, admin: bool) -> StopOutcome:
+        """/stop from ``user_id``: only the sender of the running answer or an admin may stop it."""
+        if self.stopped is not None:
+            return StopOutcome.NOTHING
+        if self.user_id != user_id and not admin:
+            return StopOutcome.NOT_YOURS
+        self.stop("stop")
+        return StopOutcome.STOPPED
+
 
 class RunningTurns:
-    """The running turn of each busy session."""
+    """The running turn of each busy session; each is announced through ``relay`` while it runs."""
 
-    def __init__(self) -> None:
+    def __init__(self, relay: StopRelay | None = None) -> None:
         self._turns: dict[SessionKey, RunningTurn] = {}
+        self._relay = relay
 
     def get(self, key: SessionKey) -> RunningTurn | None:
         """The running turn of ``key``, if any."""
         return self._turns.get(key)
 
-    @contextlib.contextmanager
-    def track(self, key: SessionKey, inbound: Inbound) -> Iterator[RunningTurn]:
+    @contextlib.asynccontextmanager
+    async def track(self, key: SessionKey, inbound: Inbound) -> AsyncIterator[RunningTurn]:
         """Register the turn answering ``inbound`` for the block."""
         turn = RunningTurn(inbound.user_id, inbound.user_name)
         self._turns[key] = turn
         try:
-            yield turn
+            if self._relay is None:
+                yield turn
+            else:
+                async with self._relay.watching(str(key), turn):
+                    yield turn
         finally:
             if self._turns.get(key) is turn:
                 del self._turns[key]

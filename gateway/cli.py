@@ -212,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
                            description="Run one hygiene sweep over all active sessions and print what it did "
                                        "(for system cron; set gateway.sweep_cron=off then). With Redis and "
                                        "gateway.sweep_cron set, a run of that schedule a worker already swept "
-                                       "is skipped.")
+                                       "is skipped; with Redis nothing is done while another process sweeps.")
     sweep.add_argument("--dry-run", action="store_true", help="only list the sessions that would be compressed")
     sweep.add_argument("--force", action="store_true",
                        help="sweep even when this run of gateway.sweep_cron was already swept by a worker (with Redis)")

@@ -1,8 +1,9 @@
 """Chat commands (R-G5): parsing, permissions and the texts users see.
 
 ``/compress [focus]`` (admin), ``/new [--unpin]``, ``/status``, ``/stats`` (admin), ``/usage``,
-``/approve CODE`` (admin), ``/model [NAME | reset]`` (setting it: admin), ``/stop`` (the sender of the running answer, or an admin; handled by the router,
-outside the queue), ``/persona [TEXT | reset]`` (admin), ``/pin TEXT``, ``/pins``, ``/unpin N`` (pin and
+``/approve CODE`` (admin), ``/model [NAME | reset]`` (setting it: admin), ``/stop`` (the sender of the running
+answer, or an admin; handled by the router, outside the queue, and carried to the worker running the turn by
+`gateway.stops`), ``/persona [TEXT | reset]`` (admin), ``/pin TEXT``, ``/pins``, ``/unpin N`` (pin and
 unpin: admins in groups), ``/help``. Commands work the same on every platform;
 adapters recognise them (``adapters.base.parse_command``, which drops ``/cmd@otherbot``). Texts here are short on purpose: chat is not a log, and a summary never appears in it.
 """
@@ -16,14 +17,16 @@ from adapters.base import Inbound
 from agent.compression.engine import CompressionResult
 from agent.events import EventSink, NoticeSink
 from agent.memory import MemoryFull
-from gateway.busy import RunningTurn
+from gateway.busy import RunningTurn, StopOutcome
 from gateway.compaction import compress_session, hygiene_check
+from gateway.keys import SessionKey
 from gateway.limits import RateLimiter, format_top_spenders, format_usage
 from gateway.metrics import Metrics
 from gateway.model_command import model_command
 from gateway.pairing import Pairing
 from gateway.pins import add_pin, format_pins, remove_pin
 from gateway.session import LiveSession, SessionManager
+from gateway.stops import StopRelay
 
 __all__ = [
     "ADMIN_COMMANDS",
@@ -196,7 +199,8 @@ def format_stats(m: Metrics, live_sessions: int) -> str:
         f"LLM calls: {m.llm_calls:,} ({m.agent_llm_calls:,} agent, {m.summary_calls:,} summary, "
         f"{m.summary_failures:,} summary failed)",
         f"Tokens: {m.prompt_tokens:,} prompt, {m.completion_tokens:,} completion, "
-        f"{m.cache_read_tokens:,} cache read",
+        f"{m.cache_read_tokens:,} cache read (summaries: {m.summary_prompt_tokens:,} prompt, "
+        f"{m.summary_completion_tokens:,} completion)",
         f"Tool calls: {m.tool_calls:,} ({m.tool_failures:,} failed)",
         f"Compressions: {done:,} · saved {sum(t.tokens_saved for _, t in tallies):,} tokens · "
         f"aborted {sum(t.aborted for _, t in tallies):,} · static fallback {sum(t.static for _, t in tallies):,}",
@@ -275,17 +279,19 @@ async def run_command(command: Command, ctx: CommandContext) -> tuple[str, LiveS
 
 NOTHING_TO_STOP = "Nothing is running here to stop."
 NOT_YOURS = "Only {name}, who asked, or an admin can stop this answer."
+STOP_UNREACHABLE = "⚠️ I could not reach the answer being written to stop it; try /stop again in a moment."
 
 
-def stop_command(running: RunningTurn | None, inbound: Inbound, admin: bool) -> str | None:
-    """/stop: cancel the session's running turn (its sender's or an admin's); None when it was stopped (the
-    turn itself then says so, under what it had written)."""
-    if running is None or running.stopped is not None:
-        return NOTHING_TO_STOP
-    if running.user_id != inbound.user_id and not admin:
-        return NOT_YOURS.format(name=running.user_name)
-    running.stop("stop")
-    return None
+async def stop_command(running: RunningTurn | None, relay: StopRelay, key: SessionKey, inbound: Inbound,
+                       admin: bool) -> str | None:
+    """/stop: cancel the session's running turn (its sender's or an admin's) — here, or through ``relay`` on the
+    worker running it; None when it was stopped (the turn itself then says so, under what it had written)."""
+    if running is not None:
+        outcome, name = running.request_stop(inbound.user_id, admin), running.user_name
+    else:
+        outcome, name = await relay.forward(str(key), inbound.user_id, admin)
+    return {StopOutcome.STOPPED: None, StopOutcome.NOT_YOURS: NOT_YOURS.format(name=name),
+            StopOutcome.NOTHING: NOTHING_TO_STOP, StopOutcome.UNREACHABLE: STOP_UNREACHABLE}[outcome]
 
 
 async def stats_command(ctx: CommandContext) -> str:

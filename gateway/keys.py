@@ -55,6 +55,11 @@ class SessionKey:
         """The chat (channel, group, thread) without the per-user suffix: what everyone in it shares."""
         return self.chat_key.partition(":user:")[0]
 
+    @property
+    def chat_id(self) -> str:
+        """The platform's id of the chat (a thread's parent channel, a DM's chat)."""
+        return self.chat_key.split(":")[1]
+
 
 def session_key(message: _Addressable, scope: Scope = "shared") -> SessionKey:
     """The session key of ``message`` under ``scope``.

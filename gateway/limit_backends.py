@@ -5,8 +5,9 @@ Two kinds of state, keyed by subject (``user:discord:42``, ``chat:discord:group:
 * **message buckets**: token buckets of ``per_minute`` capacity refilled at ``per_minute / 60`` a second.
   Taking is all-or-nothing over several buckets (the sender's and the chat's), so a refused message costs
   neither. On Redis one Lua script does it on the server's clock, so workers never disagree about time;
-* **daily token counters**: prompt + completion tokens per subject and UTC day, with a per-day ranking of
-  users for ``/stats``. Counters expire two days after their day.
+* **daily token counters**: prompt + completion tokens per subject and UTC day — the agent's calls and the
+  summary calls of the compactions the subject caused — with the summaries' share kept beside the total (for
+  ``/usage``) and a per-day ranking of users for ``/stats``. Counters expire two days after their day.
 
 A broken Redis must not stop the bot: calls log a warning and fail open (the message is allowed, the tokens
 go uncounted) — the same trade as the locks make.
@@ -54,8 +55,13 @@ class LimitBackend(ABC):
         """Tokens each subject spent on ``day`` (``YYYY-MM-DD``, UTC)."""
 
     @abstractmethod
-    async def add(self, subjects: Sequence[str], day: str, tokens: int) -> None:
-        """Count ``tokens`` against every subject on ``day``."""
+    async def add(self, subjects: Sequence[str], day: str, tokens: int, *, summary: bool = False) -> None:
+        """Count ``tokens`` against every subject on ``day``; ``summary``: they were a summary call's, which
+        are also counted apart."""
+
+    @abstractmethod
+    async def summary_spent(self, subjects: Sequence[str], day: str) -> list[int]:
+        """Of what each subject spent on ``day``, the tokens of summary calls."""
 
     @abstractmethod
     async def top(self, day: str, count: int) -> list[tuple[str, int]]:
@@ -72,6 +78,7 @@ class InProcessLimits(LimitBackend):
         self._clock = clock
         self._max = max_subjects
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        # (day, subject) → tokens, and (day, "summary:" + subject) → the summaries' share of them.
         self._tokens: OrderedDict[tuple[str, str], int] = OrderedDict()
 
     async def take(self, buckets: Sequence[Bucket]) -> tuple[int, float] | None:
@@ -91,9 +98,13 @@ class InProcessLimits(LimitBackend):
     async def spent(self, subjects: Sequence[str], day: str) -> list[int]:
         return [self._tokens.get((day, subject), 0) for subject in subjects]
 
-    async def add(self, subjects: Sequence[str], day: str, tokens: int) -> None:
+    async def add(self, subjects: Sequence[str], day: str, tokens: int, *, summary: bool = False) -> None:
         for subject in subjects:
-            self._put(self._tokens, (day, subject), self._tokens.get((day, subject), 0) + tokens)
+            for key in ((day, subject), (day, f"summary:{subject}"))[: 2 if summary else 1]:
+                self._put(self._tokens, key, self._tokens.get(key, 0) + tokens)
+
+    async def summary_spent(self, subjects: Sequence[str], day: str) -> list[int]:
+        return await self.spent([f"summary:{subject}" for subject in subjects], day)
 
     async def top(self, day: str, count: int) -> list[tuple[str, int]]:
         users = [(subject, tokens) for (d, subject), tokens in self._tokens.items()
@@ -149,6 +160,9 @@ class RedisLimits(LimitBackend):
     def _tokens_key(self, day: str, subject: str) -> str:
         return f"{self._prefix}tokens:{day}:{subject}"
 
+    def _summary_key(self, day: str, subject: str) -> str:
+        return f"{self._prefix}summary-tokens:{day}:{subject}"
+
     def _top_key(self, day: str) -> str:
         return f"{self._prefix}top:{day}"
 
@@ -165,22 +179,28 @@ class RedisLimits(LimitBackend):
         return int(index), int(wait_ms) / 1000.0
 
     async def spent(self, subjects: Sequence[str], day: str) -> list[int]:
-        if not subjects:
+        return await self._counts([self._tokens_key(day, s) for s in subjects])
+
+    async def summary_spent(self, subjects: Sequence[str], day: str) -> list[int]:
+        return await self._counts([self._summary_key(day, s) for s in subjects])
+
+    async def _counts(self, keys: list[str]) -> list[int]:
+        if not keys:
             return []
         try:
-            values = await self._client.mget([self._tokens_key(day, s) for s in subjects])
+            values = await self._client.mget(keys)
         except RedisError as exc:
             log.warning("token budgets unavailable (%s); not enforced for this message", type(exc).__name__)
-            return [0] * len(subjects)
+            return [0] * len(keys)
         return [int(v) if v is not None else 0 for v in values]
 
-    async def add(self, subjects: Sequence[str], day: str, tokens: int) -> None:
+    async def add(self, subjects: Sequence[str], day: str, tokens: int, *, summary: bool = False) -> None:
         try:
             async with self._client.pipeline(transaction=True) as pipe:
                 for subject in subjects:
-                    key = self._tokens_key(day, subject)
-                    pipe.incrby(key, tokens)
-                    pipe.expire(key, _DAY_TTL_SECONDS)
+                    for key in (self._tokens_key(day, subject), self._summary_key(day, subject))[: 2 if summary else 1]:
+                        pipe.incrby(key, tokens)
+                        pipe.expire(key, _DAY_TTL_SECONDS)
                     if subject.startswith("user:"):
                         pipe.zincrby(self._top_key(day), tokens, subject)
                 pipe.expire(self._top_key(day), _DAY_TTL_SECONDS)

@@ -6,20 +6,31 @@ and the chat's per-minute buckets. A refusal is one notice saying which limit an
 is made. After the turn, the prompt + completion tokens the provider reported are counted against both. A
 budget is checked before a turn and the turn's cost is known only after it, so the last turn of a day may
 overshoot the budget by its own size. Admins are exempt (the router does not ask).
+
+Summary calls are charged too, as each returns: a compaction's summary call is made deep in the context
+engine, which knows no users, so the gateway names who pays around the work that may compact
+(`summaries_charged_to`) — the sender of the message being handled, for hygiene before the turn, the agent's
+own preflight and recovery compactions and ``/compress``; the chat alone for a scheduled sweep — and the
+engine's metered provider calls `charge_summary` with each call's usage.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from adapters.base import Inbound
+from agent.llm.base import Usage as CallUsage
 from gateway.access import user_ref
 from gateway.config import LimitsSettings
+from gateway.keys import SessionKey
 from gateway.limit_backends import Bucket, LimitBackend
 
-__all__ = ["RateLimiter", "Usage", "format_duration", "format_top_spenders", "format_usage"]
+__all__ = ["RateLimiter", "Usage", "charge_summary", "format_duration", "format_top_spenders", "format_usage",
+           "summaries_charged_to"]
 
 USER_RATE = "⏳ You can send {limit} a minute; try again in {wait}."
 CHAT_RATE = "⏳ This chat can send the bot {limit} a minute; try again in {wait}."
@@ -48,20 +59,24 @@ class Usage:
     limits: LimitsSettings
     resets_in_s: float
     exempt: bool
+    # Of those, the tokens of summary calls (compactions).
+    user_summary_tokens: int = 0
+    chat_summary_tokens: int = 0
 
 
 def format_usage(u: Usage) -> str:
     """The /usage reply."""
     lim = u.limits
 
-    def of(spent: int, budget: int | None) -> str:
-        return f"{spent:,} tokens" + (f" of {budget:,}" if budget else " (no daily limit)")
+    def of(spent: int, summaries: int, budget: int | None) -> str:
+        share = f", {summaries:,} of them summaries" if summaries else ""
+        return f"{spent:,} tokens" + (f" of {budget:,}" if budget else " (no daily limit)") + share
 
     def rate(limit: int | None) -> str:
         return f"{limit} a minute" if limit else "no limit"
 
-    lines = [f"Today (UTC): you {of(u.user_tokens, lim.user_tokens_per_day)}; "
-             f"this chat {of(u.chat_tokens, lim.chat_tokens_per_day)}.",
+    lines = [f"Today (UTC): you {of(u.user_tokens, u.user_summary_tokens, lim.user_tokens_per_day)}; "
+             f"this chat {of(u.chat_tokens, u.chat_summary_tokens, lim.chat_tokens_per_day)}.",
              f"Messages: you {rate(lim.user_messages_per_minute)}, this chat {rate(lim.chat_messages_per_minute)}.",
              f"Budgets reset at 00:00 UTC, in {format_duration(u.resets_in_s)}."]
     if u.exempt:
@@ -88,6 +103,11 @@ class RateLimiter:
     def subjects(inbound: Inbound) -> tuple[str, str]:
         """(the sender's subject, the chat's subject); a thread counts under its channel."""
         return f"user:{user_ref(inbound)}", f"chat:{inbound.platform}:{inbound.chat_id}"
+
+    @staticmethod
+    def chat_subject(key: SessionKey) -> str:
+        """The subject of the chat a session is in (as `subjects` names it for that chat's messages)."""
+        return f"chat:{key.platform}:{key.chat_id}"
 
     def _day(self) -> tuple[str, float]:
         now = self._clock()
@@ -122,17 +142,48 @@ class RateLimiter:
     async def record(self, inbound: Inbound, tokens: int) -> None:
         """Count a turn's ``tokens`` against the sender and the chat (kept for /usage and /stats even when no
         budget is set)."""
+        await self.charge(self.subjects(inbound), tokens)
+
+    async def charge(self, subjects: Sequence[str], tokens: int, *, summary: bool = False) -> None:
+        """Count ``tokens`` against ``subjects`` today; ``summary``: a summary call's (shown apart in /usage)."""
         if tokens > 0:
             day, _ = self._day()
-            await self.backend.add(self.subjects(inbound), day, tokens)
+            await self.backend.add(subjects, day, tokens, summary=summary)
 
     async def usage(self, inbound: Inbound, *, exempt: bool) -> Usage:
         """Today's figures for the sender of ``inbound`` and their chat."""
         day, reset_s = self._day()
-        user_tokens, chat_tokens = await self.backend.spent(self.subjects(inbound), day)
-        return Usage(user_tokens, chat_tokens, self.settings, reset_s, exempt)
+        subjects = self.subjects(inbound)
+        user_tokens, chat_tokens = await self.backend.spent(subjects, day)
+        user_summaries, chat_summaries = await self.backend.summary_spent(subjects, day)
+        return Usage(user_tokens, chat_tokens, self.settings, reset_s, exempt, user_summaries, chat_summaries)
 
     async def top_spenders(self, count: int = 5) -> list[tuple[str, int]]:
         """Today's biggest spenders (users)."""
         day, _ = self._day()
         return await self.backend.top(day, count)
+
+
+# Who pays for the summary calls made in this context: the limiter and the subjects to charge.
+_payer: contextvars.ContextVar[tuple[RateLimiter, tuple[str, ...]] | None] = contextvars.ContextVar(
+    "concord_summary_payer", default=None)
+
+
+@contextlib.contextmanager
+def summaries_charged_to(limiter: RateLimiter, subjects: Sequence[str]) -> Iterator[None]:
+    """Charge the summary calls made inside this block (and in tasks it starts, such as the agent loop's) to
+    ``subjects``."""
+    token = _payer.set((limiter, tuple(subjects)))
+    try:
+        yield
+    finally:
+        _payer.reset(token)
+
+
+async def charge_summary(usage: CallUsage) -> None:
+    """Count one summary call's prompt + completion tokens against whoever `summaries_charged_to` names here
+    (nobody outside such a block: ``concord compress``, tests)."""
+    payer = _payer.get()
+    if payer is not None:
+        limiter, subjects = payer
+        await limiter.charge(subjects, usage.prompt_tokens + usage.completion_tokens, summary=True)

@@ -1,4 +1,4 @@
-"""Per-session locks (R-S5, R-G4) behind one interface: in-process for the embedded default, Redis for many workers.
+"""Per-session and job locks (R-S5, R-G4) behind one interface: in-process for one worker, Redis for many.
 
 Two locks per session, on separate keys:
 
@@ -6,7 +6,10 @@ Two locks per session, on separate keys:
 * the **compression lock** (``try_compression_lock``) never waits: contention yields False and the caller
   leaves the messages unchanged while the holder finishes (fail-safe).
 
-A broken lock backend must never wedge a session: both locks then log a warning (throttled: one line per
+and one per scheduled job that must not run twice at once anywhere (``try_job_lock``: the hygiene sweep, which
+a worker's schedule and a ``concord sweep`` from cron may start together), which never waits either.
+
+A broken lock backend must never wedge a session: the locks then log a warning (throttled: one line per
 failure class, repeats counted) and let the caller proceed unlocked (fail-open), which risks one overlapping
 turn or compaction — the store refuses a stale compaction and a turn then appends after the winner — but
 never a frozen conversation.
@@ -20,7 +23,6 @@ held turn lock is bounded by the lock's expiry, logged while it lasts, and then 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
@@ -35,6 +37,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 from redis.retry import Retry
 
+from gateway.background import beside, pause
 from gateway.logthrottle import LogThrottle, describe_cause
 from gateway.redo import Redo
 
@@ -53,6 +56,11 @@ class LockBackend(ABC):
     @abstractmethod
     def try_compression_lock(self, session_id: str) -> AbstractAsyncContextManager[bool]:
         """Yield True if the compression lock was taken, False if someone else holds it (fail-open: True)."""
+
+    @abstractmethod
+    def try_job_lock(self, job: str) -> AbstractAsyncContextManager[bool]:
+        """Yield True while this process runs ``job`` (a sweep) and no other may, False if another process is
+        running it (fail-open: True). Held as long as the block runs."""
 
     async def aclose(self) -> None:  # noqa: B027 — nothing to release for backends without connections
         """Release connections. Idempotent."""
@@ -73,7 +81,7 @@ class InProcessLocks(LockBackend):
 
     def __init__(self) -> None:
         self._turns: dict[str, _Slot] = {}
-        self._compressing: set[str] = set()
+        self._held: set[str] = set()  # the try-locks taken: compression per session, jobs
 
     @asynccontextmanager
     async def session_turn(self, session_id: str) -> AsyncIterator[None]:
@@ -87,16 +95,22 @@ class InProcessLocks(LockBackend):
             if slot.users == 0:
                 del self._turns[session_id]
 
+    def try_compression_lock(self, session_id: str) -> AbstractAsyncContextManager[bool]:
+        return self._try(f"compress:{session_id}")
+
+    def try_job_lock(self, job: str) -> AbstractAsyncContextManager[bool]:
+        return self._try(f"job:{job}")
+
     @asynccontextmanager
-    async def try_compression_lock(self, session_id: str) -> AsyncIterator[bool]:
-        if session_id in self._compressing:
+    async def _try(self, name: str) -> AsyncIterator[bool]:
+        if name in self._held:
             yield False
             return
-        self._compressing.add(session_id)
+        self._held.add(name)
         try:
             yield True
         finally:
-            self._compressing.discard(session_id)
+            self._held.discard(name)
 
     def held_keys(self) -> int:
         """How many sessions currently have a turn-lock entry (for tests and metrics)."""
@@ -119,7 +133,7 @@ RELEASE_SCRIPT = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.cal
 class _Held:
     key: str
     token: str
-    session_id: str
+    owner: str  # what the lock is for, as the log says it: "session telegram:dm:42", "job hygiene-sweep"
 
 
 class RedisLocks(LockBackend):
@@ -143,7 +157,6 @@ class RedisLocks(LockBackend):
         self._poll = poll_interval
         self._max_wait = turn_ttl if max_wait is None else max_wait
         self._wait_note = wait_note_s
-        self._cleanup_interval = cleanup_interval
         self._renew = client.register_script(RENEW_SCRIPT)
         self._release_script = client.register_script(RELEASE_SCRIPT)
         self._warn = LogThrottle(log)
@@ -166,7 +179,7 @@ class RedisLocks(LockBackend):
 
     @asynccontextmanager
     async def session_turn(self, session_id: str) -> AsyncIterator[None]:
-        held = _Held(f"{self._prefix}turn:{session_id}", uuid.uuid4().hex, session_id)
+        held = _Held(f"{self._prefix}turn:{session_id}", uuid.uuid4().hex, f"session {session_id}")
         if not await self._acquire(held, self._turn_ttl, wait=True,
                                   what="turn lock", fallback="proceeding WITHOUT serialization"):
             yield
@@ -174,11 +187,18 @@ class RedisLocks(LockBackend):
         async with self._holding(held, self._turn_ttl):
             yield
 
+    def try_compression_lock(self, session_id: str) -> AbstractAsyncContextManager[bool]:
+        held = _Held(f"{self._prefix}compress:{session_id}", uuid.uuid4().hex, f"session {session_id}")
+        return self._try(held, what="compression lock", fallback="compressing without it")
+
+    def try_job_lock(self, job: str) -> AbstractAsyncContextManager[bool]:
+        held = _Held(f"{self._prefix}job:{job}", uuid.uuid4().hex, f"job {job}")
+        return self._try(held, what="job lock", fallback="running it without it")
+
     @asynccontextmanager
-    async def try_compression_lock(self, session_id: str) -> AsyncIterator[bool]:
-        held = _Held(f"{self._prefix}compress:{session_id}", uuid.uuid4().hex, session_id)
-        acquired = await self._acquire(held, self._compression_ttl, wait=False,
-                                       what="compression lock", fallback="compressing without it")
+    async def _try(self, held: _Held, *, what: str, fallback: str) -> AsyncIterator[bool]:
+        """Yield True while ``held`` is ours (renewed, released after), False when another holds it."""
+        acquired = await self._acquire(held, self._compression_ttl, wait=False, what=what, fallback=fallback)
         if acquired is None:
             yield True
             return
@@ -203,47 +223,45 @@ class RedisLocks(LockBackend):
                 self._orphan(held, ttl)
                 self._on_error("acquire")
                 self._warn.warning(f"unavailable:{what}:{type(exc).__name__}", "lock backend unavailable (%s): %s "
-                                   "for session %s; %s", describe_cause(exc), what, held.session_id, fallback)
+                                   "for %s; %s", describe_cause(exc), what, held.owner, fallback)
                 return None
             if not wait:
                 return False
             now = time.monotonic()
             if now - started >= self._max_wait:
-                log.warning("session %s: gave up waiting for its %s after %.1f s (the holder keeps renewing it); "
-                            "%s", held.session_id, what, now - started, fallback)
+                log.warning("%s: gave up waiting for its %s after %.1f s (the holder keeps renewing it); "
+                            "%s", held.owner, what, now - started, fallback)
                 return None
             if now - noted >= self._wait_note:
                 noted = now
-                log.info("session %s: waiting for its %s, held by another worker, for %.1f s so far",
-                         held.session_id, what, now - started)
+                log.info("%s: waiting for its %s, held by another worker, for %.1f s so far",
+                         held.owner, what, now - started)
             await asyncio.sleep(self._poll)
 
     @asynccontextmanager
     async def _holding(self, held: _Held, ttl: float) -> AsyncIterator[None]:
-        renewer = asyncio.create_task(self._keep(held, ttl))
+        # Renewed beside the block, and told to stop rather than cancelled (`gateway.background`: a cancel
+        # mid-renewal could be swallowed, renewing the lock for good and never returning).
         try:
-            yield
+            async with beside(partial(self._keep, held, ttl), f"lock-renewal:{held.key}"):
+                yield
         finally:
-            renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewer
             await self._release(held, ttl)
 
-    async def _keep(self, held: _Held, ttl: float) -> None:
-        while True:
-            await asyncio.sleep(ttl / 3)
+    async def _keep(self, held: _Held, ttl: float, stopping: asyncio.Event) -> None:
+        while not await pause(stopping, ttl / 3):
             try:
                 owned = await self._renew(keys=[held.key], args=[held.token, max(1, int(ttl * 1000))])
             except RedisError as exc:
                 self._on_error("renew")
-                self._warn.warning(f"renew:{type(exc).__name__}", "could not renew lock %s for session %s (%s); "
-                                   "retrying", held.key, held.session_id, describe_cause(exc))
+                self._warn.warning(f"renew:{type(exc).__name__}", "could not renew lock %s for %s (%s); "
+                                   "retrying", held.key, held.owner, describe_cause(exc))
                 continue
             if not owned:
                 self._on_error("lost")
-                self._warn.warning("lost", "lock %s for session %s expired or was lost while held (Redis "
+                self._warn.warning("lost", "lock %s for %s expired or was lost while held (Redis "
                                    "restarted or stalled); work may overlap, proceeding", held.key,
-                                   held.session_id)
+                                   held.owner)
                 return
 
     async def _release(self, held: _Held, ttl: float) -> None:
@@ -252,20 +270,19 @@ class RedisLocks(LockBackend):
         except RedisError as exc:
             self._orphan(held, ttl)
             self._on_error("release")
-            self._warn.warning(f"release:{type(exc).__name__}", "could not release lock %s for session %s (%s); "
-                               "it is deleted as soon as Redis answers", held.key, held.session_id,
+            self._warn.warning(f"release:{type(exc).__name__}", "could not release lock %s for %s (%s); "
+                               "it is deleted as soon as Redis answers", held.key, held.owner,
                                describe_cause(exc))
             return
         if not released:
             self._on_error("lost")
-            self._warn.warning("lost-before-release", "lock %s for session %s was lost before release (expired "
-                               "or Redis restarted)", held.key, held.session_id)
+            self._warn.warning("lost-before-release", "lock %s for %s was lost before release (expired "
+                               "or Redis restarted)", held.key, held.owner)
 
     def _orphan(self, held: _Held, ttl: float) -> None:
         def deleted(result: object) -> None:
             if result:
-                log.info("deleted lock %s for session %s, set by a request that had timed out", held.key,
-                         held.session_id)
+                log.info("deleted lock %s for %s, set by a request that had timed out", held.key, held.owner)
 
         self._orphans.add(held, partial(self._release_script, keys=[held.key], args=[held.token]), ttl=ttl,
                           done=deleted)

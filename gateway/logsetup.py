@@ -2,6 +2,10 @@
 
 - JSON logs (``logging.json_logs``) come from a real encoder: a message holding ``"}\\n{"level":"CRITICAL"``
   stays a string inside one record, and every line parses.
+- Plain-text logs keep one record's message on one line too: line breaks and other control characters in it
+  (user text, an upstream error body) are written as visible escapes (``\\n``, ``\\x1b``), so no text can
+  forge a record of its own. A traceback keeps its lines, each continuation line starting with ``  | ``, which
+  no record's first line (its timestamp) ever does.
 - Every record passes the redactor (`redact_secrets`) — message, traceback and extra fields — whichever
   library wrote it, because a handler filter sees them all.
 - Session id, platform and worker are context variables (`log_context`), so every line written while a
@@ -28,8 +32,8 @@ from typing import IO, Any
 
 from agent.compression.redact import redact_secrets
 
-__all__ = ["CONTENT_LOGGERS", "JsonFormatter", "RedactingFilter", "bind_log_session", "configure_logging",
-           "log_context", "set_worker"]
+__all__ = ["CONTENT_LOGGERS", "CONTINUATION", "JsonFormatter", "PlainFormatter", "RedactingFilter",
+           "bind_log_session", "configure_logging", "log_context", "set_worker"]
 
 _session: contextvars.ContextVar[str | None] = contextvars.ContextVar("concord_log_session", default=None)
 _platform: contextvars.ContextVar[str | None] = contextvars.ContextVar("concord_log_platform", default=None)
@@ -50,6 +54,15 @@ CONTENT_LOGGERS: dict[str, int] = {
 _NOISY = ("httpx", "alembic", "apscheduler", "discord.gateway", "telegram.ext")
 _CONTEXT_FIELDS = ("session", "platform", "worker")
 _LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+# Plain text: every character a terminal, a pager or `str.splitlines` may treat as a line break or a cursor
+# move (C0 and C1 controls but the tab, DEL, the Unicode line and paragraph separators), as a visible escape.
+_CONTROLS = str.maketrans({
+    **{code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if code != 0x09},
+    0x0A: "\\n", 0x0D: "\\r", 0x2028: "\\u2028", 0x2029: "\\u2029"})
+# Starts every line of a plain-text record after its first (traceback, stack): a record's first line starts
+# with its timestamp, so a line starting with this always belongs to the record above it.
+CONTINUATION = "  | "
+_PLAIN_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 _STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
 
 
@@ -140,6 +153,29 @@ class JsonFormatter(logging.Formatter):
         return line.translate(_LINE_BREAKS)
 
 
+class PlainFormatter(logging.Formatter):
+    """``time LEVEL logger: message`` on one line; a traceback or stack follows on continuation lines."""
+
+    def __init__(self) -> None:
+        super().__init__(_PLAIN_FORMAT)
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record with its message on one line (control characters escaped) and every further line
+        marked with `CONTINUATION`."""
+        record.message = record.getMessage().translate(_CONTROLS)
+        record.asctime = self.formatTime(record, self.datefmt)
+        line = self.formatMessage(record)
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        more = [text for text in (record.exc_text, record.stack_info and self.formatStack(record.stack_info))
+                if text]
+        if not more:
+            return line
+        # Not cached on the record: another handler (the JSON one, the console's file) formats it too.
+        rest = [CONTINUATION + part.translate(_CONTROLS) for text in more for part in text.split("\n")]
+        return "\n".join([line, *rest])
+
+
 class _CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
     """Writes to whatever ``sys.stderr`` is now: the console's prompt swaps in a proxy that prints above it."""
 
@@ -167,8 +203,7 @@ def configure_logging(level: str, *, json_logs: bool, log_content: bool = False,
                   file=sys.stderr)
     for handler in handlers:
         handler.addFilter(RedactingFilter())
-        handler.setFormatter(JsonFormatter() if json_logs else logging.Formatter(
-            "%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(JsonFormatter() if json_logs else PlainFormatter())
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

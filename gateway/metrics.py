@@ -14,7 +14,7 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,6 +115,9 @@ class Metrics:
         self.prompt_tokens = 0
         self.completion_tokens = 0
         self.cache_read_tokens = 0
+        # Of the tokens above, the summary calls' (they are charged to budgets like the agent's).
+        self.summary_prompt_tokens = 0
+        self.summary_completion_tokens = 0
         self.tool_calls = 0
         self.tool_failures = 0
         self.compressions: dict[str, CompressionTally] = {}
@@ -154,6 +157,8 @@ class Metrics:
             self.summary_failures += 1
             self.instruments.summary_failures.labels(error or "unknown").inc()
         else:
+            self.summary_prompt_tokens += usage.prompt_tokens
+            self.summary_completion_tokens += usage.completion_tokens
             self._add_usage(usage, label, "summary")
 
     def record_lock_wait(self, seconds: float) -> None:
@@ -292,11 +297,14 @@ def fan_out(*sinks: EventSink | None) -> EventSink:
 
 class MeteredProvider(Provider):
     """Counts the calls a context engine makes through ``inner`` (summaries never reach the agent loop's
-    ``llm:response`` events). Name and model are the inner provider's, so "same model?" checks still hold."""
+    ``llm:response`` events), and hands each call's usage to ``on_usage`` (the budgets' `charge_summary`).
+    Name and model are the inner provider's, so "same model?" checks still hold."""
 
-    def __init__(self, inner: Provider, metrics: Metrics) -> None:
+    def __init__(self, inner: Provider, metrics: Metrics,
+                 on_usage: Callable[[Usage], Awaitable[None]] | None = None) -> None:
         self.inner = inner
         self.metrics = metrics
+        self._on_usage = on_usage
         self.name = inner.name
         self.model = inner.model
 
@@ -324,4 +332,6 @@ class MeteredProvider(Provider):
             raise
         self.metrics.record_summary_call(completion.usage, model=completion.model or model or self.model,
                                          seconds=time.perf_counter() - started)
+        if self._on_usage is not None:
+            await self._on_usage(completion.usage)
         return completion

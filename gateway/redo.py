@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 from redis.exceptions import RedisError
 
+from gateway.background import pause
+
 __all__ = ["MAX_PENDING", "Redo"]
 
 log = logging.getLogger(__name__)
@@ -49,6 +51,8 @@ class Redo:
         self._clock = clock
         self._pending: dict[Hashable, _Pending] = {}
         self._task: asyncio.Task[None] | None = None
+        # Stops the loop between calls: a cancel landing mid-call may be swallowed (`gateway.background`).
+        self._stopping = asyncio.Event()
 
     @property
     def pending(self) -> int:
@@ -63,12 +67,11 @@ class Redo:
         self._pending[key] = _Pending(call, self._clock() + ttl, done)
         while len(self._pending) > MAX_PENDING:
             del self._pending[next(iter(self._pending))]
-        if self._task is None or self._task.done():
+        if (self._task is None or self._task.done()) and not self._stopping.is_set():
             self._task = asyncio.create_task(self._run(), name=f"redo-{self._name}")
 
     async def _run(self) -> None:
-        while self._pending:
-            await asyncio.sleep(self._interval)
+        while self._pending and not await pause(self._stopping, self._interval):
             await self._round()
 
     async def _round(self) -> bool:
@@ -91,10 +94,9 @@ class Redo:
 
     async def aclose(self) -> None:
         """Stop retrying, after one last pass for what Redis still answers. Idempotent."""
+        self._stopping.set()
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await self._task  # returns after the call it is in (bounded by the client's socket timeout)
             self._task = None
         if self._pending:
             with contextlib.suppress(Exception):

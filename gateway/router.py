@@ -1,7 +1,7 @@
 """The message path (R-G2, R-G4), readable top to bottom:
 
     inbound ─▶ access (ignore / refuse / pairing code) ─▶ session key
-            ─▶ /stop? cancel the running turn, stop
+            ─▶ /stop? cancel the running turn (here, or on the worker running it), stop
             ─▶ unaddressed group line? observe: batch it into the session (gateway.observe), stop
             ─▶ busy mode (interrupt the sender's turn / collect a burst) ─▶ queue depth cap
             ─▶ arrival ticket ─▶ per-session FIFO ─▶ turn lock (and the ticket's turn)
@@ -60,7 +60,7 @@ from gateway.delivery import Deliveries
 from gateway.durability import backoff_delay, is_storage_outage
 from gateway.inbox import Inbox, inbound_key
 from gateway.keys import SessionKey, session_key
-from gateway.limits import RateLimiter
+from gateway.limits import RateLimiter, summaries_charged_to
 from gateway.logsetup import bind_log_session, log_context
 from gateway.logthrottle import LogThrottle, describe_cause
 from gateway.metrics import fan_out
@@ -151,7 +151,7 @@ class Router:
                                 rt.clock) if self.settings.gateway.dm_policy == "pairing" else None)
         # Addressed messages waiting per session (``limits.session_queue_depth``); entries leave at zero.
         self._waiting: Counter[SessionKey] = Counter()
-        self.running = RunningTurns()
+        self.running = RunningTurns(rt.stops)
         self.observing = self.settings.gateway.group_history == "observe"
         self.observer = GroupObserver(sessions)
         self._batches: dict[tuple[SessionKey, str], Batch] = {}
@@ -182,7 +182,7 @@ class Router:
         command = Command.of(inbound)
         if command is not None and command.name == "stop":
             # Never queued: it acts on the turn the queue is busy with.
-            reply = stop_command(self.running.get(key), inbound, admin)
+            reply = await stop_command(self.running.get(key), self.sessions.rt.stops, key, inbound, admin)
             if reply:
                 await adapter.send(inbound, reply)
             return
@@ -355,7 +355,8 @@ class Router:
             return []
         self.metrics.record_message(inbound.platform)
         try:
-            replies = await self._chain(key, inbound, adapter)
+            with summaries_charged_to(self.limiter, self.limiter.subjects(inbound)):
+                replies = await self._chain(key, inbound, adapter)
         except Exception as exc:
             if is_storage_outage(exc):
                 raise
@@ -428,7 +429,7 @@ class Router:
             if refusal is not None:
                 return [refusal]
         stream = adapter.live_reply(inbound)
-        with self.running.track(key, inbound) as running:
+        async with self.running.track(key, inbound) as running:
             answer = TurnAnswer(self.inbox.marker(inbound, key), self._composer(inbound, running, live),
                                 self.deliveries)
             started, failed = time.perf_counter(), True

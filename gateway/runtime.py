@@ -26,6 +26,7 @@ from gateway.keys import SessionKey
 from gateway.limit_backends import InProcessLimits, LimitBackend
 from gateway.locks import LockBackend
 from gateway.metrics import Metrics
+from gateway.stops import LocalStops, StopRelay
 from gateway.store import Store
 
 __all__ = ["EngineFactory", "MemoryFactory", "Runtime", "default_worker_id", "utc_now"]
@@ -75,3 +76,5 @@ class Runtime:
     storage: StorageGuard = field(default_factory=StorageGuard)
     # The MCP servers (``tools.mcp_servers``; None: none configured), started and stopped by the gateway.
     mcp: McpTools | None = None
+    # Carries /stop to the worker running the turn (in Redis when configured; one worker needs nothing).
+    stops: StopRelay = field(default_factory=LocalStops)

@@ -11,7 +11,9 @@ Every worker schedules the same jobs, but idle expiry and the sweep run once per
 each run first claims its slot (``job:<name>:<slot>`` in `gateway.claims`, shared through Redis) — the cron
 fire time for the sweep, the wall-clock interval for idle expiry — and only the worker whose claim succeeds
 runs it. ``concord sweep`` claims the same sweep slot (`claim_sweep_slot`), so a system timer and the workers
-never both sweep one slot. The recoveries run on every worker; the ledger and the inbox hand each lost answer
+never both sweep one slot; and whoever sweeps holds the sweep's job lock meanwhile (`gateway.sweep`), so two
+sweeps never run at once even where the slots do not meet (a timer that knows no schedule, a sweep that
+outlasts its slot). The recoveries run on every worker; the ledger and the inbox hand each lost answer
 or message to one of them.
 """
 
@@ -31,7 +33,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from gateway.claims import Claims, InProcessClaims
 
-__all__ = ["GatewayScheduler", "claim_sweep_slot", "cron_slot", "cron_trigger", "interval_slot"]
+__all__ = ["SWEEP_JOB_ID", "GatewayScheduler", "claim_sweep_slot", "cron_slot", "cron_trigger", "interval_slot"]
 
 log = logging.getLogger(__name__)
 

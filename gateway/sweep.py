@@ -1,7 +1,12 @@
 """Scheduled maintenance (R-G6): idle expiry and the hygiene sweep, plus the sweep's report.
 
 The sweep asks the store's indexed query which open sessions are over a limit and loads only those; each is
-handled under its turn lock, exactly as if a message had arrived, so it never races a live conversation.
+handled under its turn lock, exactly as if a message had arrived, so it never races a live conversation. A
+sweep's compaction has no sender: its summary calls are charged to the session's chat (``limits.*``).
+
+Only one sweep runs at a time across every process sharing the locks: a sweep holds the ``hygiene-sweep`` job
+lock while it runs, and one that finds it held (a worker's scheduled sweep, a ``concord sweep`` from cron, a
+long sweep still going when the next run is due) does nothing. Dry runs change nothing and take no lock.
 ``concord sweep`` runs the same function once (with a progress bar) for system cron.
 """
 
@@ -20,7 +25,9 @@ from agent.events import EventSink
 from agent.llm.models import context_length_for
 from gateway.compaction import run_hygiene
 from gateway.keys import SessionKey
+from gateway.limits import RateLimiter, summaries_charged_to
 from gateway.metrics import KIND_SWEEP, fan_out
+from gateway.scheduler import SWEEP_JOB_ID
 from gateway.session import END_IDLE, SessionManager
 
 __all__ = ["SweepEntry", "SweepReport", "expire_idle", "print_sweep_report", "sweep", "sweep_token_limit"]
@@ -52,6 +59,8 @@ class SweepReport:
     message_limit: int
     entries: list[SweepEntry] = field(default_factory=list)
     seconds: float = 0.0
+    # True when it did nothing because another process was sweeping (it holds the job lock).
+    running_elsewhere: bool = False
 
     @property
     def compressed(self) -> int:
@@ -73,8 +82,22 @@ def sweep_token_limit(sessions: SessionManager) -> int:
 
 async def sweep(sessions: SessionManager, *, dry_run: bool = False, progress: Progress | None = None,
                 events: EventSink | None = None) -> SweepReport:
-    """Run hygiene over every open session the indexed query reports over a limit. The runtime's metrics
-    count its compressions as the sweep's; ``events`` hears them too."""
+    """Run hygiene over every open session the indexed query reports over a limit — unless another process is
+    sweeping (then the report says so, and nothing was done). The runtime's metrics count its compressions as
+    the sweep's; ``events`` hears them too."""
+    rt = sessions.rt
+    if dry_run:
+        return await _sweep(sessions, dry_run=True, progress=progress, events=events)
+    async with rt.locks.try_job_lock(SWEEP_JOB_ID) as ours:
+        if ours:
+            return await _sweep(sessions, dry_run=False, progress=progress, events=events)
+    log.info("sweep skipped: another process is sweeping now")
+    return SweepReport(False, sweep_token_limit(sessions), rt.settings.gateway.hygiene_hard_message_limit,
+                       running_elsewhere=True)
+
+
+async def _sweep(sessions: SessionManager, *, dry_run: bool, progress: Progress | None,
+                 events: EventSink | None) -> SweepReport:
     started = time.perf_counter()
     rt = sessions.rt
     events = fan_out(rt.metrics.tagged(KIND_SWEEP), events)
@@ -82,15 +105,17 @@ async def sweep(sessions: SessionManager, *, dry_run: bool = False, progress: Pr
     limit_messages = rt.settings.gateway.hygiene_hard_message_limit
     candidates = await rt.store.sessions.list_needing_hygiene(limit_tokens, limit_messages)
     report = SweepReport(dry_run, limit_tokens, limit_messages)
+    limiter = RateLimiter(rt.settings.limits, rt.limits, rt.clock)
     for done, record in enumerate(candidates, start=1):
         key = SessionKey(record.platform, record.chat_key)
         try:
-            async with rt.locks.session_turn(str(key)):
-                current = await rt.store.sessions.get(record.id)
-                if current is None or not current.active:
-                    continue  # ended while we were getting here
-                live = await sessions.attach(current, None, remember=False)
-                outcome = await run_hygiene(sessions, live, dry_run=dry_run, events=events)
+            with summaries_charged_to(limiter, [limiter.chat_subject(key)]):
+                async with rt.locks.session_turn(str(key)):
+                    current = await rt.store.sessions.get(record.id)
+                    if current is None or not current.active:
+                        continue  # ended while we were getting here
+                    live = await sessions.attach(current, None, remember=False)
+                    outcome = await run_hygiene(sessions, live, dry_run=dry_run, events=events)
             check = outcome.check
             if outcome.compressed and outcome.result is not None:
                 text, after = "compressed", outcome.result.tokens_after
@@ -135,6 +160,9 @@ async def expire_idle(sessions: SessionManager) -> list[str]:
 def print_sweep_report(report: SweepReport, console: Console | None = None) -> None:
     """Print the sweep's summary table (``concord sweep``)."""
     console = console or Console()
+    if report.running_elsewhere:
+        console.print("Another process is sweeping right now (it holds the sweep's job lock); nothing done.")
+        return
     title = "Hygiene sweep (dry run)" if report.dry_run else "Hygiene sweep"
     table = Table(title=title)
     for column in ("session", "chat", "messages", "tokens", "reason", "outcome", "tokens after"):

@@ -1,6 +1,6 @@
 """The Discord connection under supervision, through the real discord.py client against the fake Discord:
-malformed gateway frames, unreadable events, an unreachable Discord at start-up, a connection that cannot
-recover."""
+malformed gateway frames (each skipped on the same connection; a broken compressed stream resumed), unreadable
+events, an unreachable Discord at start-up, a connection that cannot recover."""
 
 from __future__ import annotations
 
@@ -24,27 +24,58 @@ async def _started(settings: DiscordSettings, inbox: Inbox) -> DiscordAdapter:
     return adapter
 
 
-@pytest.mark.parametrize("frame", ["not json", "[1,2,3]", '"hello"', "{\"op\": 0, \"t\": \"MESSAGE_CREATE\""])
-async def test_a_malformed_frame_costs_a_reconnect_then_a_dm_is_answered(
+BAD_FRAMES = [
+    "not json", "[1,2,3]", '"hello"', "{\"op\": 0, \"t\": \"MESSAGE_CREATE\"",  # not a JSON object
+    '{"op": 0, "t": "READY", "s": 99, "d": {"user": {}}}',  # a READY discord.py cannot read
+    '{"op": 0, "t": ["MESSAGE_CREATE"], "s": 99, "d": {}}',  # an event name that is no name
+    '{"op": 10, "d": {}}',  # a HELLO without its interval
+]
+
+
+@pytest.mark.parametrize("frame", BAD_FRAMES)
+async def test_an_unreadable_frame_costs_that_frame_not_the_session(
     fake_discord: FakeDiscord, discord_settings: DiscordSettings, caplog: pytest.LogCaptureFixture, frame: str
 ) -> None:
+    """The session goes on on the same connection: no reconnect, no new IDENTIFY (before: both), one line."""
+    inbox = Inbox()
+    adapter = await _started(discord_settings, inbox)
+    try:
+        connections = len(fake_discord.connections)
+        with caplog.at_level(logging.INFO):
+            await fake_discord.send_raw(frame)
+            await fake_discord.inject_message("still there?", channel_id=DM_CHANNEL_ID)
+            [inbound] = await inbox.wait_for(1)
+        assert inbound.text == "still there?" and inbound.chat_type == "dm"
+        assert fake_discord.identify_count == 1 and fake_discord.resumes == []
+        assert len(fake_discord.connections) == connections and fake_discord.open_connections()
+        [skipped] = [r for r in caplog.records if "unreadable gateway frame" in r.getMessage()]
+        assert skipped.levelno == logging.WARNING and skipped.exc_info is None and "\n" not in skipped.getMessage()
+        assert "connection lost" not in caplog.text
+    finally:
+        await adapter.stop()
+
+
+async def test_a_compressed_frame_that_cannot_be_inflated_costs_a_resume_not_an_identify(
+    fake_discord: FakeDiscord, discord_settings: DiscordSettings, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A broken zlib stream spoils every frame after it: the socket is closed and the session RESUMEd, so
+    Discord replays what was sent meanwhile to the same session."""
     inbox = Inbox()
     adapter = await _started(discord_settings, inbox)
     try:
         with caplog.at_level(logging.INFO):
-            await fake_discord.send_raw(frame)
+            await fake_discord.send_raw(b"this is not zlib\x00\x00\xff\xff")
             for _ in range(200):
-                if fake_discord.identify_count >= 2:
+                if fake_discord.resumes:
                     break
                 await asyncio.sleep(0.02)
-            await asyncio.sleep(0.1)  # READY handled
-            await fake_discord.inject_message("still there?", channel_id=DM_CHANNEL_ID)
+            await asyncio.sleep(0.2)  # RESUMED handled
+            await fake_discord.inject_message("resumed?", channel_id=DM_CHANNEL_ID)
             [inbound] = await inbox.wait_for(1)
-        assert inbound.text == "still there?" and inbound.chat_type == "dm"
-        lost = [r for r in caplog.records if "connection lost" in r.getMessage()]
-        assert len(lost) == 1 and lost[0].levelno == logging.ERROR
-        assert "\n" not in lost[0].getMessage() and lost[0].exc_info is None
-        assert not adapter._supervisor.failed.done()  # type: ignore[union-attr]
+        assert inbound.text == "resumed?"
+        assert fake_discord.identify_count == 1 and [r["session_id"] for r in fake_discord.resumes] == [
+            "fake-session-1"]
+        assert "could not be inflated" in caplog.text and "connection lost" not in caplog.text
     finally:
         await adapter.stop()
 
@@ -90,19 +121,20 @@ async def test_an_unreachable_discord_at_start_is_retried_in_one_line_each(
 async def test_a_connection_that_keeps_dying_is_given_up(
     fake_discord: FakeDiscord, discord_settings: DiscordSettings, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Discord closing with a code discord.py will not reconnect on (4012, invalid API version): rebuilt from
+    login, one line each time, until the supervisor gives up."""
     adapter = await _started(discord_settings, Inbox())
     try:
-        cause: BaseException | None = None
         for _ in range(FAST.max_failures + 1):
             before = fake_discord.identify_count
-            await fake_discord.send_raw("[]")
+            await fake_discord.close_connections(4012)
             for _ in range(200):
                 if fake_discord.identify_count > before or adapter._supervisor.failed.done():  # type: ignore[union-attr]
                     break
                 await asyncio.sleep(0.02)
             await asyncio.sleep(0.1)
         cause = await asyncio.wait_for(adapter.wait_failed(), 5)
-        assert "connection lost" in str(cause) and "AttributeError" in str(cause)
+        assert "connection lost" in str(cause) and "4012" in str(cause)
         assert "giving up" in caplog.text
     finally:
         await adapter.stop()

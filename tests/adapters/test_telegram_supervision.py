@@ -1,18 +1,23 @@
 """Telegram under hostile input and lost connections, through the real python-telegram-bot client against the
 fake Bot API: odd updates skipped with one line, downloads capped by the bytes read, a stalled long poll
-restarted, an unreachable Telegram at start-up retried."""
+restarted, an unreachable Telegram at start-up retried; webhook mode supervised like polling (a port in use, a
+refused setWebhook, a webhook Telegram dropped, a server that stopped serving)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import socket
+import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
+import httpx
 import pytest
 
 from adapters.supervise import Backoff
 from adapters.telegram_adapter import TelegramAdapter, TelegramSettings
+from bench.cluster import free_port
 from tests.fakes.inbox import Inbox
 from tests.fakes.telegram_server import FakeTelegram
 
@@ -94,3 +99,119 @@ async def test_an_unreachable_telegram_at_start_is_retried_then_given_up(
     retries = [r for r in caplog.records if "telegram: getMe failed" in r.getMessage()]
     assert len(retries) == 2 and all(r.exc_info is None for r in retries)
     assert telegram_settings.token not in caplog.text
+
+
+def _webhook(settings: TelegramSettings, port: int, **kw: object) -> TelegramSettings:
+    return replace(settings, mode="webhook", webhook_port=port, webhook_path="tg",
+                   webhook_url=f"http://127.0.0.1:{port}/tg", webhook_secret="s3cret", backoff=FAST,
+                   watch_interval=0.05, **kw)
+
+
+async def _post(port: int, fake_telegram: FakeTelegram, text: str) -> int:
+    update = {"update_id": int(time.time() * 1000) % 10**9, "message": fake_telegram.make_message(text)}
+    async with httpx.AsyncClient() as client:
+        answer = await client.post(f"http://127.0.0.1:{port}/tg", json=update,
+                                   headers={"X-Telegram-Bot-Api-Secret-Token": "s3cret"})
+    return answer.status_code
+
+
+async def test_a_webhook_port_in_use_is_retried_in_one_line_each_then_given_up(
+    fake_telegram: FakeTelegram, telegram_settings: TelegramSettings, caplog: pytest.LogCaptureFixture
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        adapter = TelegramAdapter(_webhook(telegram_settings, port))
+        with caplog.at_level(logging.WARNING), pytest.raises(ConnectionError, match="webhook failed 3 times"):
+            await adapter.start(Inbox())
+    await adapter.stop()
+    retries = [r for r in caplog.records if "telegram: webhook failed" in r.getMessage()]
+    assert len(retries) == 2 and all(f"127.0.0.1:{port}" in r.getMessage() for r in retries)
+    assert all(r.exc_info is None and "\n" not in r.getMessage() for r in retries)
+    assert fake_telegram.webhooks == []  # never registered a webhook nobody serves
+
+
+async def test_a_refused_set_webhook_is_retried(fake_telegram: FakeTelegram, telegram_settings: TelegramSettings,
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    port = free_port()
+    fake_telegram.fail_next("setWebhook", times=2, retry_after=0)
+    adapter = TelegramAdapter(_webhook(telegram_settings, port))
+    inbox = Inbox()
+    try:
+        with caplog.at_level(logging.WARNING):
+            await adapter.start(inbox)
+        assert fake_telegram.webhook_url == f"http://127.0.0.1:{port}/tg"
+        assert caplog.text.count("telegram: webhook failed (") == 2 and "Too Many Requests" in caplog.text
+        assert await _post(port, fake_telegram, "hello") == 200
+        assert [m.text for m in await inbox.wait_for(1)] == ["hello"]
+    finally:
+        await adapter.stop()
+
+
+async def test_a_webhook_telegram_dropped_is_registered_again(
+    fake_telegram: FakeTelegram, telegram_settings: TelegramSettings, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another process called deleteWebhook (a poller started with the same token, an operator): updates would
+    stop arriving without a word. The check notices, logs it and sets the webhook again."""
+    port = free_port()
+    adapter = TelegramAdapter(_webhook(telegram_settings, port, webhook_check_seconds=0.1))
+    try:
+        await adapter.start(Inbox())
+        with caplog.at_level(logging.ERROR):
+            fake_telegram.webhook_url = ""
+            for _ in range(100):
+                if fake_telegram.webhook_url:
+                    break
+                await asyncio.sleep(0.05)
+        assert fake_telegram.webhook_url == f"http://127.0.0.1:{port}/tg" and len(fake_telegram.webhooks) == 2
+        [lost] = [r for r in caplog.records if "connection lost" in r.getMessage()]
+        assert "Telegram no longer has this webhook for the bot (it has none)" in lost.getMessage()
+        assert not adapter._supervisor.failed.done()  # type: ignore[union-attr]
+    finally:
+        await adapter.stop()
+
+
+async def test_telegrams_delivery_error_is_logged_once(fake_telegram: FakeTelegram,
+                                                       telegram_settings: TelegramSettings,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    adapter = TelegramAdapter(_webhook(telegram_settings, free_port(), webhook_check_seconds=0.05))
+    try:
+        await adapter.start(Inbox())
+        with caplog.at_level(logging.WARNING):
+            fake_telegram.webhook_error = "Connection refused"
+            await asyncio.sleep(1.0)
+        reports = [r for r in caplog.records if "cannot deliver to the webhook" in r.getMessage()]
+        assert [r.getMessage() for r in reports] == [
+            "telegram: Telegram reports it cannot deliver to the webhook: Connection refused"]
+    finally:
+        await adapter.stop()
+
+
+async def test_a_webhook_server_that_died_is_bound_again_or_given_up(
+    fake_telegram: FakeTelegram, telegram_settings: TelegramSettings, caplog: pytest.LogCaptureFixture
+) -> None:
+    port = free_port()
+    adapter = TelegramAdapter(_webhook(telegram_settings, port))
+    inbox = Inbox()
+    try:
+        await adapter.start(inbox)
+        assert adapter._webhook is not None
+        await asyncio.sleep(0.2)  # supervised
+        await adapter._webhook.aclose()  # the server stops serving under the adapter
+        for _ in range(100):
+            if adapter._webhook.serving:
+                break
+            await asyncio.sleep(0.05)
+        assert await _post(port, fake_telegram, "back") == 200
+        assert [m.text for m in await inbox.wait_for(1)] == ["back"]
+        assert "telegram webhook: connection lost (ConnectionError: the webhook server stopped serving)" in caplog.text
+        # Dead again, and its port taken meanwhile: every restart fails, and the adapter gives up.
+        await adapter._webhook.aclose()
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", port))
+            taken.listen()
+            cause = await asyncio.wait_for(adapter.wait_failed(), 10)
+        assert "telegram webhook: connection lost" in str(cause) and "address already in use" in str(cause).lower()
+    finally:
+        await adapter.stop()

@@ -2,7 +2,8 @@
 
 One aiohttp app serves ``/api/v10/...`` and the gateway websocket at ``/``: HELLO, heartbeat ACKs,
 IDENTIFY → READY → GUILD_CREATE (one guild with a text channel, a thread and two roles; more with
-:meth:`FakeDiscord.add_guild`), then whatever the test dispatches. It is shard-aware as Discord is: several
+:meth:`FakeDiscord.add_guild`), then whatever the test dispatches; RESUME of a session it started → RESUMED,
+the connection then serving that session (``resumes`` records each). It is shard-aware as Discord is: several
 gateway connections at once, each IDENTIFY with ``shard: [id, count]`` (none: the one shard of an unsharded
 bot), a READY per connection naming only that shard's guilds, and every guild event (GUILD_CREATE,
 MESSAGE_CREATE, INTERACTION_CREATE) sent only on the connection of shard ``(guild_id >> 22) % count``, DMs
@@ -182,6 +183,7 @@ class FakeDiscord:
         # Every gateway connection, closed ones included (a test can see where each event went).
         self.connections: list[GatewayConnection] = []
         self.identifies: list[dict[str, Any]] = []
+        self.resumes: list[dict[str, Any]] = []
         self._next_id = 10_000
         self._failures: dict[str, _Failure] = {}
         self._runner: web.AppRunner | None = None
@@ -250,10 +252,19 @@ class FakeDiscord:
         """
         self._failures[route] = _Failure(times, retry_after, via, is_global)
 
-    async def send_raw(self, frame: str) -> None:
-        """Send one text frame exactly as given (malformed gateway traffic) to every connected client."""
+    async def send_raw(self, frame: str | bytes) -> None:
+        """Send one frame exactly as given (malformed gateway traffic; bytes go as a binary frame, which the
+        client inflates as part of its compressed stream) to every connected client."""
         for connection in self.open_connections():
-            await connection.ws.send_str(frame)
+            if isinstance(frame, bytes):
+                await connection.ws.send_bytes(frame)
+            else:
+                await connection.ws.send_str(frame)
+
+    async def close_connections(self, code: int) -> None:
+        """Close every gateway connection with ``code`` (a close code the client may or may not recover from)."""
+        for connection in self.open_connections():
+            await connection.ws.close(code=code)
 
     @property
     def identify_count(self) -> int:
@@ -525,9 +536,23 @@ class FakeDiscord:
                     connection.identify = self.identify = payload["d"]
                     self.identifies.append(payload["d"])
                     await self._ready_sequence(connection)
+                elif payload["op"] == 6:
+                    await self._resume(connection, payload["d"])
         finally:
             connection.closed = True
         return ws
+
+    async def _resume(self, connection: GatewayConnection, resume: dict[str, Any]) -> None:
+        """RESUME of a session this fake started (READY named it ``fake-session-N``): RESUMED, and the
+        connection carries on that session's sequence; an unknown session is invalidated, as Discord does."""
+        self.resumes.append(resume)
+        number = str(resume.get("session_id", "")).removeprefix("fake-session-")
+        if not number.isdigit() or not 0 < int(number) <= len(self.identifies):
+            await connection.ws.send_str(json.dumps({"op": 9, "d": False}))
+            return
+        connection.identify = self.identifies[int(number) - 1]
+        connection.seq = int(resume.get("seq") or 0)
+        await connection.send("RESUMED", {})
 
     async def _ready_sequence(self, connection: GatewayConnection) -> None:
         """READY naming this shard's guilds (unavailable), then a GUILD_CREATE for each."""

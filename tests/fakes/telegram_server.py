@@ -1,7 +1,9 @@
 """A fake Telegram Bot API on 127.0.0.1 that the real python-telegram-bot client talks to.
 
 Serves ``/bot<token>/<method>`` (getMe, getUpdates long poll with offset, sendMessage, sendChatAction,
-editMessageText, setWebhook, deleteWebhook, getChatMember, getFile) and ``/file/bot<token>/<path>``.
+editMessageText, setWebhook, deleteWebhook, getWebhookInfo, getChatMember, getFile) and
+``/file/bot<token>/<path>``. The bot's webhook is ``webhook_url`` (set and deleted by the bot, or by the test
+as another process would); ``webhook_error`` is what getWebhookInfo reports as its last delivery error.
 Tests inject updates with :meth:`FakeTelegram.inject_message` / :meth:`inject_update`, make a method
 answer 429 with :meth:`fail_next`, and read what the bot sent from ``sent_messages`` and ``chat_actions``.
 Like the real API it refuses empty texts and texts over 4,096 UTF-16 units (for ``parse_mode="HTML"``, of the
@@ -74,6 +76,8 @@ class FakeTelegram:
     declare_file_sizes: bool = True
     # Messages deleted in the chat: editing them answers 400 "message to edit not found".
     deleted_messages: set[int] = field(default_factory=set)
+    webhook_url: str = ""
+    webhook_error: str = ""
     port: int = 0
 
     def __post_init__(self) -> None:
@@ -230,11 +234,18 @@ class FakeTelegram:
         return _ok(self._bot_user())
 
     async def _m_deleteWebhook(self, params: dict[str, Any]) -> web.Response:
+        self.webhook_url = ""
         return _ok(True)
 
     async def _m_setWebhook(self, params: dict[str, Any]) -> web.Response:
         self.webhooks.append(params)
+        self.webhook_url = str(params.get("url") or "")
         return _ok(True)
+
+    async def _m_getWebhookInfo(self, params: dict[str, Any]) -> web.Response:
+        error = {"last_error_date": int(time.time()), "last_error_message": self.webhook_error} \
+            if self.webhook_error else {}
+        return _ok({"url": self.webhook_url, "has_custom_certificate": False, "pending_update_count": 0, **error})
 
     async def _m_getUpdates(self, params: dict[str, Any]) -> web.Response:
         offset = int(params.get("offset") or 0)

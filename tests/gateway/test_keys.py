@@ -49,3 +49,11 @@ def test_platforms_never_collide() -> None:
 def test_is_group() -> None:
     assert not session_key(Msg(chat_type="dm")).is_group
     assert session_key(Msg()).is_group
+
+
+def test_the_chat_id_comes_back_from_every_kind_of_key() -> None:
+    """What budgets charge a sweep's summary to: the chat the message came from (a thread's parent channel)."""
+    messages = [Msg(chat_type="dm", chat_id="-1001"), Msg(chat_id="-1001"), Msg(chat_id="-1001", thread_id="t7")]
+    for message in messages:
+        for scope in ("shared", "per-user"):
+            assert session_key(message, scope).chat_id == "-1001"  # type: ignore[arg-type]

@@ -6,12 +6,21 @@ import asyncio
 import io
 import json
 import logging
+import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
-from gateway.logsetup import CONTENT_LOGGERS, bind_log_session, configure_logging, log_context, set_worker
+from gateway.logsetup import (
+    CONTENT_LOGGERS,
+    CONTINUATION,
+    bind_log_session,
+    configure_logging,
+    log_context,
+    set_worker,
+)
 from gateway.store.database import create_engine
 
 FORGERY = 'upstream said: "}\n{"level":"CRITICAL","logger":"concord","message":"admin password reset"}\n'
@@ -115,3 +124,48 @@ async def test_sql_parameters_stay_out_of_database_errors() -> None:
     finally:
         await engine.dispose()
     assert "my diary entry" not in str(caught.value)
+
+
+PLAIN_FORGERY = "thanks!\n2026-01-01 09:00:00,000 ERROR gateway.router: admin password reset\r\nok \x1b[1A\x85\u2028 bye"
+RECORD_START = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ [\w.]+: ")
+
+
+def test_plain_text_records_cannot_be_forged_by_user_text(capture: io.StringIO) -> None:
+    """Without JSON every record still starts exactly one line: the user's line breaks and cursor moves are
+    escaped, and a traceback's lines (its message forging a record too) are marked as continuations."""
+    configure_logging("INFO", json_logs=False, stream=capture)
+    log = logging.getLogger("gateway.router")
+    log.info("message from %s: %s", "Ann\nB", PLAIN_FORGERY)
+    try:
+        raise ValueError(f"upstream answered {PLAIN_FORGERY}")
+    except ValueError:
+        log.exception("turn failed for %s", "x\ny")
+    log.warning("last", stack_info=True)
+    lines = capture.getvalue().splitlines()
+    starts = [line for line in lines if RECORD_START.match(line)]
+    assert [line.split(": ", 1)[0].split(" ", 2)[2] for line in starts] == [
+        "INFO gateway.router", "ERROR gateway.router", "WARNING gateway.router"]
+    assert all(RECORD_START.match(line) or line.startswith(CONTINUATION) for line in lines)
+    first = starts[0]
+    assert first.endswith("message from Ann\\nB: thanks!\\n2026-01-01 09:00:00,000 ERROR gateway.router: admin "
+                          "password reset\\r\\nok \\x1b[1A\\x85\\u2028 bye")
+    assert "turn failed for x\\ny" in starts[1]
+    assert any(line.startswith(f"{CONTINUATION}Traceback (most recent call last):") for line in lines)
+    # The exception's own text keeps its lines, each marked as part of the record.
+    at = lines.index(f"{CONTINUATION}ValueError: upstream answered thanks!")
+    assert lines[at + 1] == f"{CONTINUATION}2026-01-01 09:00:00,000 ERROR gateway.router: admin password reset\\r"
+    assert any(line.startswith(f"{CONTINUATION}Stack (most recent call last):") for line in lines)
+
+
+def test_the_json_handler_beside_a_plain_one_keeps_the_traceback_unmarked(capture: io.StringIO,
+                                                                           tmp_path: Path) -> None:
+    """The console writes the same record to a plain stream and a plain file; a JSON formatter given the record
+    after the plain one still gets the traceback as Python wrote it."""
+    configure_logging("INFO", json_logs=False, stream=capture, log_file=tmp_path / "concord.log")
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError:
+        logging.getLogger("x").exception("failed")
+    file_lines = (tmp_path / "concord.log").read_text().splitlines()
+    assert RECORD_START.match(file_lines[0]) and all(line.startswith(CONTINUATION) for line in file_lines[1:])
+    assert capture.getvalue().splitlines() == file_lines

@@ -84,3 +84,22 @@ async def test_sweep_compresses_exactly_the_sessions_over_a_limit(gateway_factor
     print_sweep_report(report, console)
     text = console.export_text()
     assert over_count in text and "2 compressed, 0 failed" in text
+
+
+async def test_a_sweep_does_nothing_while_another_process_sweeps(gateway_factory: GatewayFactory,
+                                                                 fake_llm: FakeLLMServer) -> None:
+    """Another sweeper holds the sweep's job lock (a worker's scheduled sweep, or `concord sweep`): this one
+    neither compresses nor calls the model, and its report says why; a dry run still lists the candidates."""
+    gateway, _ = await gateway_factory(llm={"context_length": 8_000}, gateway={"hygiene_hard_message_limit": 30})
+    over = await bulk_session(gateway, "dm:a", chatter(31, words=100))
+    kinds = answer_by_kind(fake_llm)
+    async with gateway.rt.locks.try_job_lock("hygiene-sweep") as held:
+        assert held
+        busy = await sweep(gateway.sessions)
+        dry = await sweep(gateway.sessions, dry_run=True)
+    assert busy.running_elsewhere and busy.entries == [] and kinds == []
+    assert [e.session_id for e in dry.entries] == [over]
+    console = Console(record=True, width=200)
+    print_sweep_report(busy, console)
+    assert "Another process is sweeping right now" in console.export_text()
+    assert (await sweep(gateway.sessions)).compressed == 1  # the lock was let go

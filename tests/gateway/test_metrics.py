@@ -86,7 +86,10 @@ async def test_stats_after_turns_hygiene_and_compress_shows_the_right_counts(
     assert stats[1] == "Messages: 7 · turns: 4 (1 failed)"
     assert re.fullmatch(r"Turn latency: p50 \d+\.\d\d s, p95 \d+\.\d\d s \(last 4 turns\)", stats[2])
     assert stats[3] == "LLM calls: 6 (4 agent, 2 summary, 0 summary failed)"
-    assert stats[4] == f"Tokens: {prompt:,} prompt, {completion:,} completion, {cached:,} cache read"
+    summaries = [u for kind, u in reported if kind == "summary"]
+    assert stats[4] == (f"Tokens: {prompt:,} prompt, {completion:,} completion, {cached:,} cache read (summaries: "
+                        f"{sum(u['prompt_tokens'] for u in summaries):,} prompt, "
+                        f"{sum(u['completion_tokens'] for u in summaries):,} completion)")
     assert stats[5] == "Tool calls: 2 (1 failed)"
 
     logged = compaction_records(caplog)
@@ -97,9 +100,11 @@ async def test_stats_after_turns_hygiene_and_compress_shows_the_right_counts(
     hygiene_pct, manual_pct = (round(r.savings_pct) for r in logged)
     assert stats[7:9] == [f"  hygiene: tokens — 1 (avg {hygiene_pct}% saved)",
                           f"  manual /compress — 1 (avg {manual_pct}% saved)"]
-    # Budgets count the agent's own calls (what a user's message cost), not the hygiene summary's.
-    spent = sum(u["prompt_tokens"] + u["completion_tokens"] for kind, u in reported if kind == "chat")
-    assert stats[9:] == [f"Top spenders today: discord:u1 {spent:,}"]
+    # Budgets count the agent's own calls and the summaries each sender caused: u1's message set off the
+    # hygiene compaction, boss ran /compress.
+    spent = sum(u["prompt_tokens"] + u["completion_tokens"] for kind, u in reported[:5])
+    manual_cost = reported[5][1]["prompt_tokens"] + reported[5][1]["completion_tokens"]
+    assert stats[9:] == [f"Top spenders today: discord:u1 {spent:,}, discord:boss {manual_cost:,}"]
     manual = logged[1]
     assert manual_reply == (f"Compressed: {manual.messages_before:,} → {manual.messages_after:,} messages, "
                             f"{manual.tokens_before:,} → {manual.tokens_after:,} tokens ({manual_pct}% saved).")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from dataclasses import replace
 from pathlib import Path
 
@@ -51,3 +52,23 @@ async def test_a_connection_that_cannot_recover_ends_the_process_with_1(
     assert status == EXIT_PLATFORM_FAILED
     assert "platform connection lost for good (telegram: telegram: connection lost" in caplog.text
     assert caplog.text.count("getUpdates has not answered") >= 2
+
+
+async def test_a_webhook_port_that_stays_taken_exits_1_with_one_line(
+    fake_llm: FakeLLMServer, tmp_path: Path, fake_telegram: FakeTelegram,  # noqa: F811
+    telegram_settings: TelegramSettings, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Webhook mode fails like polling: retried with backoff, then exit 1 (before: an OSError traceback)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        _serve(monkeypatch, replace(telegram_settings, backoff=FAST, mode="webhook", webhook_port=port,
+                                    webhook_url=f"http://127.0.0.1:{port}/telegram", webhook_secret="s3cret"))
+        with caplog.at_level(logging.WARNING):
+            status = await asyncio.wait_for(run_gateway(make_settings(fake_llm, tmp_path)), 30)
+    assert status == EXIT_PLATFORM_FAILED
+    assert f"cannot start: telegram: webhook failed 2 times, last: OSError: telegram webhook on 127.0.0.1:{port}" \
+        in caplog.text
+    assert "Traceback" not in caplog.text and fake_telegram.webhooks == []

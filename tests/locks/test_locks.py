@@ -1,4 +1,5 @@
-"""Behaviour both lock backends share: the turn lock serializes a session, the compression lock never waits."""
+"""Behaviour both lock backends share: the turn lock serializes a session, the compression and job locks never
+wait."""
 
 from __future__ import annotations
 
@@ -52,6 +53,16 @@ async def test_compression_lock_skips_on_contention(backend: LockBackend) -> Non
         async with backend.session_turn("s1"):  # a separate key from the turn lock
             pass
     async with backend.try_compression_lock("s1") as again:
+        assert again is True
+
+
+async def test_a_job_lock_is_one_holder_at_a_time_and_apart_from_the_session_locks(backend: LockBackend) -> None:
+    async with backend.try_job_lock("hygiene-sweep") as first:
+        async with backend.try_job_lock("hygiene-sweep") as second, backend.try_job_lock("idle-expiry") as other:
+            assert (first, second, other) == (True, False, True)
+        async with backend.try_compression_lock("hygiene-sweep") as compression:
+            assert compression is True
+    async with backend.try_job_lock("hygiene-sweep") as again:
         assert again is True
 
 

@@ -1,5 +1,5 @@
-"""The real gateway with the real discord.py and PTB clients on the fakes: a malformed Discord frame does not
-end Discord (a DM after it is answered), and a 1 MB answer is a few Telegram messages, not 250."""
+"""The real gateway with the real discord.py and PTB clients on the fakes: a malformed Discord frame costs only
+itself (a DM after it is answered on the same session), and a 1 MB answer is a few Telegram messages, not 250."""
 
 from __future__ import annotations
 
@@ -16,11 +16,10 @@ async def test_after_a_malformed_gateway_frame_a_dm_is_answered(platforms: Platf
     platforms.llm.responder = lambda body: "still here"
     identifies = platforms.discord.identify_count
     await platforms.discord.send_raw("[1,2,3]")
-    await until(lambda: platforms.discord.identify_count > identifies, within_s=15)
-    await asyncio.sleep(0.2)
     await platforms.discord.inject_message("are you there?", channel_id=DM_CHANNEL_ID)
     [reply] = await platforms.discord.wait_for_messages(1, within_s=10)
     assert reply.content == "still here" and reply.channel_id == DM_CHANNEL_ID
+    assert platforms.discord.identify_count == identifies  # the same session went on
 
 
 async def test_a_1_mb_answer_is_cut_to_a_few_telegram_messages(platforms: Platforms) -> None:
