@@ -306,6 +306,8 @@ class Gateway:
     health: HealthServer | None = field(init=False, default=None)
     _started: list[Adapter] = field(init=False, default_factory=list)
     _tasks: list[asyncio.Task[None]] = field(init=False, default_factory=list)
+    # Stops the background loops that talk to Redis (never cancelled mid-call: `gateway.background`).
+    _stopping: asyncio.Event = field(init=False, default_factory=asyncio.Event)
     _closed: bool = field(init=False, default=False)
     _heartbeat: asyncio.Task[None] | None = field(init=False, default=None)
 
@@ -350,8 +352,8 @@ class Gateway:
             lease = self._polling_lease(adapter)
             if lease is not None:
                 self._tasks.append(asyncio.create_task(
-                    lease.hold(adapter.start_polling, adapter.stop_polling),  # type: ignore[attr-defined]
-                    name=f"lease:{adapter.name}"))
+                    lease.hold(adapter.start_polling, adapter.stop_polling,  # type: ignore[attr-defined]
+                               self._stopping), name=f"lease:{adapter.name}"))
         await self.recover_deliveries()
         await self.recover_inbox()
 
@@ -430,8 +432,7 @@ class Gateway:
                 await adapter.stop_receiving()
             except Exception:
                 log.warning("adapter %s: stop_receiving failed", adapter.name, exc_info=True)
-        for task in self._tasks:  # polling has stopped: release the lease so another worker takes over now
-            task.cancel()
+        self._stopping.set()  # polling has stopped: the lease is released so another worker takes over now
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.router.aclose(grace_seconds)
         for adapter in reversed(self._started):

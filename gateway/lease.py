@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from gateway.background import pause
 from gateway.locks import RELEASE_SCRIPT
 
 __all__ = ["Lease", "RedisLease", "SoleLease"]
@@ -38,16 +39,18 @@ class Lease(ABC):
     """Runs ``on_gain`` when this worker takes the lease and ``on_loss`` when it loses it."""
 
     @abstractmethod
-    async def hold(self, on_gain: Hook, on_loss: Hook) -> None:
-        """Take, keep and retake the lease until cancelled; release it on the way out."""
+    async def hold(self, on_gain: Hook, on_loss: Hook, stopping: asyncio.Event) -> None:
+        """Take, keep and retake the lease until ``stopping`` is set; release it on the way out. Stopped by the
+        event, not cancelled: a cancel landing mid-call may be swallowed by the Redis client
+        (`gateway.background`)."""
 
 
 class SoleLease(Lease):
     """One worker only: the lease is ours from the start."""
 
-    async def hold(self, on_gain: Hook, on_loss: Hook) -> None:
+    async def hold(self, on_gain: Hook, on_loss: Hook, stopping: asyncio.Event) -> None:
         await on_gain()
-        await asyncio.Event().wait()
+        await stopping.wait()
 
 
 # KEYS[1] the lease, KEYS[2] who asked first for it while free; ARGV[1] our token, ARGV[2] its lifetime in ms,
@@ -89,7 +92,7 @@ class RedisLease(Lease):
         # not answer): a free lease is then taken back at once, not on a second ask.
         self._last_holder = False
 
-    async def hold(self, on_gain: Hook, on_loss: Hook) -> None:
+    async def hold(self, on_gain: Hook, on_loss: Hook, stopping: asyncio.Event) -> None:
         renew_every = self._ttl / 3
         # Not holding it: asked again often, so a dead holder's lease is taken over within two asks.
         ask_every = min(renew_every, 1.0)
@@ -97,7 +100,7 @@ class RedisLease(Lease):
         # there (it lives ``ttl`` from that request's send), less a renewal's time to stop polling.
         confirmed = 0.0
         try:
-            while True:
+            while not stopping.is_set():
                 sent = self._clock()
                 answer = await self._ask(ask_every)
                 if answer is not None:
@@ -112,8 +115,7 @@ class RedisLease(Lease):
                         await self._lose(on_loss, "taken by another worker")
                 elif self.held and self._clock() >= confirmed + self._ttl - renew_every:
                     await self._lose(on_loss, "Redis does not answer")
-                wait = renew_every if self.held and answer else ask_every
-                await asyncio.sleep(wait)
+                await pause(stopping, renew_every if self.held and answer else ask_every)
         finally:
             if self.held:
                 self.held = False

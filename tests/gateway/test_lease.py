@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
 from collections.abc import Callable
 
@@ -17,6 +16,7 @@ class Holder:
         self.lease = RedisLease(self.client, name, ttl_s=ttl, holder=worker)
         self.events: list[str] = []
         self.task: asyncio.Task[None] | None = None
+        self.stopping = asyncio.Event()
 
     def start(self) -> None:
         async def gain() -> None:
@@ -25,13 +25,12 @@ class Holder:
         async def loss() -> None:
             self.events.append("loss")
 
-        self.task = asyncio.create_task(self.lease.hold(gain, loss))
+        self.task = asyncio.create_task(self.lease.hold(gain, loss, self.stopping))
 
     async def stop(self) -> None:
         assert self.task is not None
-        self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.task
+        self.stopping.set()
+        await self.task
 
     def die(self) -> None:
         """Like SIGKILL: no release, the renewals just stop."""

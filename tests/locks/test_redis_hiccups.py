@@ -128,6 +128,7 @@ class _Polling:
         self.events: list[tuple[str, float]] = []
         self.task: asyncio.Task[None] | None = None
         self._first = asyncio.Event()
+        self._stopping = asyncio.Event()
 
     async def start(self) -> None:
         async def gain() -> None:
@@ -137,7 +138,7 @@ class _Polling:
         async def loss() -> None:
             self.events.append(("loss", time.monotonic()))
 
-        self.task = asyncio.create_task(self.lease.hold(gain, loss))
+        self.task = asyncio.create_task(self.lease.hold(gain, loss, self._stopping))
         await self._first.wait()
 
     def off_after(self, back: float) -> float:
@@ -149,8 +150,8 @@ class _Polling:
 
     async def aclose(self) -> None:
         assert self.task is not None
-        self.task.cancel()
-        await asyncio.gather(self.task, return_exceptions=True)
+        self._stopping.set()
+        await self.task
         await self.client.aclose()
 
 
