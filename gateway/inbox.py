@@ -23,6 +23,7 @@ Webhook mode keeps nothing on receipt: its POST is answered only after handling,
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -34,7 +35,7 @@ from adapters.base import Attachment, Inbound
 from gateway.durability import StorageGuard, is_storage_outage
 from gateway.keys import Scope, SessionKey, session_key
 from gateway.runtime import Runtime
-from gateway.store import Handled, InboxEntry, Store
+from gateway.store import AlreadyStored, Handled, InboxEntry, Store
 
 __all__ = ["Inbox", "decode", "encode", "inbound_key"]
 
@@ -130,6 +131,8 @@ class Inbox:
         self._taken.discard(key)
         try:
             await self.store.inbox.mark_handled(self.marker(inbound, self.session_of(inbound)))
+        except AlreadyStored:
+            pass  # its handling stored the mark
         except Exception as exc:
             log.warning("inbox: message %s not marked handled (%s); it will be looked at again",
                         inbound.message_id, type(exc).__name__)
@@ -150,7 +153,8 @@ class Inbox:
                 taken.append(decode(row.payload))
             except (ValueError, TypeError, KeyError) as exc:
                 log.warning("inbox: row %d cannot be read (%s); dropped", row.id, type(exc).__name__)
-                await self.store.inbox.mark_handled(Handled(row.key, row.platform, row.session_key))
+                with contextlib.suppress(AlreadyStored):
+                    await self.store.inbox.mark_handled(Handled(row.key, row.platform, row.session_key))
                 self._kept.discard(row.key)
                 continue
             self._taken.add(row.key)

@@ -53,10 +53,18 @@ from agent.turn import StopReason, TurnResult
 from gateway.access import AccessPolicy, Verdict, user_ref
 from gateway.arrivals import Turn
 from gateway.busy import Batch, RunningTurn, RunningTurns
-from gateway.commands import Command, CommandContext, is_admin, is_operator, run_command, stop_command
+from gateway.commands import (
+    INTERRUPTED_COMMAND,
+    Command,
+    CommandContext,
+    is_admin,
+    is_operator,
+    run_command,
+    stop_command,
+)
 from gateway.compaction import run_hygiene
 from gateway.continuity import with_note
-from gateway.delivery import Deliveries
+from gateway.delivery import Deliveries, MarkedAnswer
 from gateway.durability import backoff_delay, is_storage_outage
 from gateway.inbox import Inbox, inbound_key
 from gateway.keys import SessionKey, session_key
@@ -70,6 +78,7 @@ from gateway.prompt import speaker_tag
 from gateway.queues import QueueClosed, SessionQueues
 from gateway.replies import cap_reply
 from gateway.session import LiveSession, SessionManager
+from gateway.store import AlreadyStored, Handling, Progress
 from gateway.turns import TurnAnswer, agent_turn
 
 __all__ = ["GroupContext", "Router"]
@@ -359,19 +368,30 @@ class Router:
             self._failures.error(f"turn:{type(exc).__name__}", "turn failed (%s): message %s in %s was "
                                  "answered with an apology", describe_cause(exc), inbound.message_id, key, exc=exc)
             replies = [FAILURE_TEXT]
-        live = self.sessions.cached(key)
         pending = []
         for reply in replies:
             if not isinstance(reply, str):
                 pending.append(reply)  # a turn's answer, stored with the turn
-                continue
-            out = Outbound.to(inbound, cap_reply(reply, self.settings.gateway.max_reply_chars))
-            pending.append((out, await self.deliveries.record(out, live.id if live else None)))
-        # Marked only once the answer is stored: a worker dying before this leaves the message to a
-        # redelivery (or the inbox); one dying after leaves the answer to the ledger's recovery.
+            elif (stored := await self._store_reply(key, inbound, reply)) is not None:
+                pending.append(stored)
+        # A message that produced no answer is marked now. A worker dying before its mark leaves the message to
+        # a redelivery (or the inbox); one dying after leaves its answer to the ledger's recovery.
         await self.inbox.settle(inbound)
         await rt.claims.claim(handled, self.settings.gateway.dedupe_ttl_seconds)
         return pending
+
+    async def _store_reply(self, key: SessionKey, inbound: Inbound, text: str) -> tuple[Outbound, int | None] | None:
+        """Store a reply that is no turn's answer (a command's, a refusal, the apology) in the delivery ledger
+        together with the message's handled mark — one transaction, held through a storage outage — and return
+        it to send with its ledger row (None: another handling of the message answered it)."""
+        live = self.sessions.cached(key)
+        answer = MarkedAnswer(self.inbox.marker(inbound, key), self.deliveries,
+                              Outbound.to(inbound, cap_reply(text, self.settings.gateway.max_reply_chars)))
+        rt = self.sessions.rt
+        await rt.storage.run(lambda: answer.write(live.id if live else None, rt.store.inbox.mark_handled),
+                             f"the answer to message {inbound.message_id} in {key} is held until it is stored")
+        self.inbox.release(inbound)
+        return (answer.out, answer.delivery_id) if answer.out is not None else None
 
     def _composer(self, inbound: Inbound, running: RunningTurn) -> Callable[[TurnResult], Outbound | None]:
         """The answer a turn of ``inbound`` ends with, cut like any reply (None: nothing more to send)."""
@@ -390,9 +410,16 @@ class Router:
             else:
                 self.context.add(key, speaker_tag(inbound.user_name, inbound.text))
             return []
-        # One read: the session, the chat's pins, and whether this message's turn is stored already.
-        live, handled = await self.sessions.open_for_message(key, inbound.user_id, inbound_key(inbound))
+        # One read: the session, the chat's pins, and how far this message's handling got (stored already?).
+        live, handling = await self.sessions.open_for_message(key, inbound.user_id, inbound_key(inbound))
         bind_log_session(live.id)
+        if handling.handled:
+            # Its turn or reply was stored by a worker that died before the Redis mark: the answer is in the
+            # ledger, whose recovery sends it.
+            log.info("message %s in %s was handled already (its answer is stored); not run again",
+                     inbound.message_id, key)
+            self.metrics.record_duplicate(inbound.platform)
+            return []
         if self.observing and key.is_group:
             await self.observer.flush_locked(key, live)  # what the group said comes before the question
 
@@ -403,31 +430,31 @@ class Router:
         # Who may write which memory this turn (the bot-wide one: operators only).
         live.memory.set_author(Author(inbound.user_id, operator=is_operator(inbound, self.settings.gateway.admins)))
         if command is not None and (command.known or not key.is_group):
+            if command.changes_state and not await self._begin_command(key, inbound, handling):
+                return [INTERRUPTED_COMMAND.format(name=command.name)]
             ctx = CommandContext(self.sessions, live, inbound, admin, notices, self.events, self.limiter,
                                  self.pairing)
             reply, _ = await run_command(command, ctx)
             return [reply]
-        if handled:
-            # Its turn was stored by a worker that died before the Redis mark: the answer is in the ledger,
-            # whose recovery sends it.
-            log.info("message %s in %s was handled already (its turn is stored); not run again",
-                     inbound.message_id, key)
-            self.metrics.record_duplicate(inbound.platform)
-            return []
         if not admin and inbound.platform != "console":
             refusal = await self.limiter.admit(inbound)
             if refusal is not None:
                 return [refusal]
         stream = adapter.live_reply(inbound)
         with self.running.track(key, inbound) as running:
-            answer = TurnAnswer(self.inbox.marker(inbound, key), self._composer(inbound, running), self.deliveries)
+            answer = TurnAnswer(self.inbox.marker(inbound, key), self.deliveries,
+                                compose=self._composer(inbound, running), progress=handling.progress)
+            # An earlier attempt that died after a compaction stored the request: the turn resumes from it.
+            request = None if handling.progress else self._user_message(key, live, inbound)
+            if request is None:
+                log.warning("message %s in %s: resuming its turn, whose request an earlier attempt stored",
+                            inbound.message_id, key)
             started, failed = time.perf_counter(), True
             try:
                 async with adapter.typing(inbound):
                     await run_hygiene(self.sessions, live, notices=notices, events=self.events)
-                    result = await agent_turn(self.sessions, live, self._user_message(key, live, inbound),
-                                              notices=notices, events=self.events, stream=stream,
-                                              on_start=running.attach, answer=answer)
+                    result = await agent_turn(self.sessions, live, request, notices=notices, events=self.events,
+                                              stream=stream, on_start=running.attach, answer=answer)
                 failed = result.stop_reason is StopReason.ERROR
             finally:
                 self.metrics.record_turn(time.perf_counter() - started, failed=failed)
@@ -442,6 +469,22 @@ class Router:
         await stream.finish(answer.out.text)
         await self.deliveries.confirm(adapter, answer.delivery_id)
         return []
+
+    async def _begin_command(self, key: SessionKey, inbound: Inbound, handling: Handling) -> bool:
+        """Store that a command changing something starts on ``inbound`` (a progress step), so it runs at most
+        once: False when an earlier attempt started it (it may or may not have taken effect) or another
+        handling did."""
+        if handling.progress:
+            return False
+        marker = self.inbox.marker(inbound, key)
+        step = Progress(marker.key, marker.platform, marker.session_key, 0, 1)
+        try:
+            await self.sessions.rt.storage.run(lambda: self.sessions.rt.store.inbox.advance(step),
+                                               f"/{inbound.command} of message {inbound.message_id} is held")
+        except AlreadyStored as already:
+            # Its COMMIT went through unseen (this attempt read progress 0), unless another handling stored it.
+            return not already.handling.handled and already.handling.progress == step.to
+        return True
 
     def _user_message(self, key: SessionKey, live: LiveSession, inbound: Inbound) -> dict[str, Any]:
         text = inbound.text
