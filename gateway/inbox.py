@@ -33,6 +33,7 @@ from datetime import datetime, timedelta
 
 from adapters.base import Attachment, Inbound
 from gateway.durability import StorageGuard, is_storage_outage
+from gateway.faults import crash_point
 from gateway.keys import Scope, SessionKey, session_key
 from gateway.runtime import Runtime
 from gateway.store import AlreadyStored, Handled, InboxEntry, Store
@@ -105,6 +106,7 @@ class Inbox:
             raise
         self.storage.succeeded()
         self._kept.update(e.key for e in entries)
+        crash_point("inbox-kept")
 
     def marker(self, inbound: Inbound, key: SessionKey) -> Handled:
         """What marks ``inbound`` handled inside the transaction that stores its turn."""

@@ -66,6 +66,7 @@ from gateway.compaction import run_hygiene
 from gateway.continuity import with_note
 from gateway.delivery import Deliveries, MarkedAnswer
 from gateway.durability import backoff_delay, is_storage_outage
+from gateway.faults import crash_point
 from gateway.inbox import Inbox, inbound_key
 from gateway.keys import SessionKey, session_key
 from gateway.limits import RateLimiter
@@ -197,11 +198,12 @@ class Router:
             return
         addressed = _addressed_anywhere(inbound)
         if not addressed and self.observing and key.is_group:
-            # Batched, no lock per line: a line is kept once, by whichever worker claims its id first.
-            if await self.sessions.rt.claims.claim(inbound_key(inbound), self.settings.gateway.dedupe_ttl_seconds):
-                self.observer.add(key, _observed_line(inbound), inbound.user_id)
-            else:
-                self.metrics.record_duplicate(inbound.platform)
+            # Batched, no lock per line; stored once, with its handled mark, by whichever write comes first. Done
+            # only once stored: until then the inbox (or the platform) still holds it.
+            stored = self.observer.add(key, _observed_line(inbound), inbound.user_id, self.inbox.marker(inbound, key))
+            crash_point("observed-queued")
+            await stored
+            self.inbox.release(inbound)
             return
         storage = self.sessions.rt.storage
         if storage.down and self._queues.pending(key) >= self.settings.gateway.held_messages_per_session:
@@ -377,6 +379,7 @@ class Router:
         # A message that produced no answer is marked now. A worker dying before its mark leaves the message to
         # a redelivery (or the inbox); one dying after leaves its answer to the ledger's recovery.
         await self.inbox.settle(inbound)
+        crash_point("answer-stored")
         await rt.claims.claim(handled, self.settings.gateway.dedupe_ttl_seconds)
         return pending
 
@@ -405,8 +408,10 @@ class Router:
     async def _chain(self, key: SessionKey, inbound: Inbound, adapter: Adapter) -> list[Reply]:
         command = Command.of(inbound)
         if key.is_group and not _addressed(inbound, command):
-            if self.observing:
-                self.observer.add(key, _observed_line(inbound), inbound.user_id)
+            if self.observing:  # under the lock already: stored, with its mark, now
+                self.observer.add(key, _observed_line(inbound), inbound.user_id, self.inbox.marker(inbound, key))
+                await self.observer.flush_locked(key)
+                self.inbox.release(inbound)
             else:
                 self.context.add(key, speaker_tag(inbound.user_name, inbound.text))
             return []
@@ -435,6 +440,8 @@ class Router:
             ctx = CommandContext(self.sessions, live, inbound, admin, notices, self.events, self.limiter,
                                  self.pairing)
             reply, _ = await run_command(command, ctx)
+            if command.changes_state:
+                crash_point("command-applied")
             return [reply]
         if not admin and inbound.platform != "console":
             refusal = await self.limiter.admit(inbound)

@@ -48,6 +48,7 @@ from gateway.compaction import follow_stored, persist_compaction
 from gateway.delivery import MarkedAnswer
 from gateway.durability import is_storage_outage
 from gateway.engine_state import export_engine_state, restore_engine_state
+from gateway.faults import crash_point
 from gateway.metrics import EVENT_COMPRESS_ABORTED
 from gateway.session import LiveSession, SessionManager
 from gateway.store import AlreadyStored, EngineState, Handled, Progress, SessionEnded, StaleWatermark
@@ -194,6 +195,7 @@ async def _store_unstored(sessions: SessionManager, live: LiveSession, replaced:
         return new, False
     if answer is not None and step is not None:
         answer.progress = step.to
+        crash_point("request-stored")
     if last == live.watermark + len(new):
         live.messages, live.watermark = stored + new, last
         return new, True

@@ -73,6 +73,11 @@ class ScriptedAdapter(Adapter):
         assert self._handler is not None
         await self._handler(self.inbound(text, **kw))
 
+    def post(self, text: str, **kw: Any) -> None:
+        """Deliver one message as a platform does, its handling in a task of its own (an observed group line
+        is done only once its batch is stored)."""
+        self._dispatch(self.inbound(text, **kw))
+
     def texts(self, chat_id: str | None = None) -> list[str]:
         return [t for chat, t, _ in self.sent if chat_id is None or chat.chat_id == chat_id]
 
