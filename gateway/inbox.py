@@ -19,28 +19,42 @@ message (a webhook redelivery after a crash) checks before running its turn a se
 pruned.
 
 Webhook mode keeps nothing on receipt: its POST is answered only after handling, so Telegram itself retries.
+
+`Inbox.keep_or_spool` is the keep of a platform that never delivers a message again (Discord): when the
+database cannot take a message within ``KEEP_TIMEOUT_S`` it is appended to the worker's spool file instead
+(`gateway.spool`), and for ``KEEP_PAUSE_S`` the next messages go there at once. `recover` first moves every
+spool — this worker's, and those of workers that are gone — into the inbox.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import json
 import logging
 import secrets
+import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from adapters.base import Attachment, Inbound
 from gateway.durability import StorageGuard, is_storage_outage
 from gateway.faults import crash_point
 from gateway.keys import Scope, SessionKey, session_key
 from gateway.runtime import Runtime
+from gateway.spool import Spool
 from gateway.store import AlreadyStored, Handled, InboxEntry, Store
 
 __all__ = ["Inbox", "decode", "encode", "inbound_key"]
 
 log = logging.getLogger(__name__)
+
+# How long a message of a platform that never redelivers may wait for the database before it is spooled, and
+# how long after that the next messages are spooled at once.
+KEEP_TIMEOUT_S = 5.0
+KEEP_PAUSE_S = 5.0
 
 
 def inbound_key(inbound: Inbound) -> str:
@@ -68,11 +82,14 @@ class Inbox:
     """One worker's side of the inbox: what it kept, the marks it writes, and the recovery it runs."""
 
     def __init__(self, store: Store, storage: StorageGuard, worker: str, scope_for: Callable[[str], Scope], *,
-                 stale_after_s: float, keep_handled_s: float, clock: Callable[[], datetime]) -> None:
+                 stale_after_s: float, keep_handled_s: float, clock: Callable[[], datetime],
+                 spool_dir: Path | None = None) -> None:
         self.store = store
         self.storage = storage
         # A restarted worker with a configured id is a new claimer: the dead one's rows are not renewed as ours.
         self.claimer = f"{worker}#{secrets.token_hex(3)}"
+        self.spool = Spool(spool_dir, self.claimer) if spool_dir is not None else None
+        self._spool_until = 0.0  # monotonic time until which kept messages go to the spool at once
         self.scope_for = scope_for
         self.stale_after = timedelta(seconds=stale_after_s)
         self.keep_handled = timedelta(seconds=keep_handled_s)
@@ -86,18 +103,23 @@ class Inbox:
         settings = rt.settings
         return cls(rt.store, rt.storage, rt.worker_id, settings.gateway.scope_for,
                    stale_after_s=settings.inbox.stale_after_seconds,
-                   keep_handled_s=settings.gateway.dedupe_ttl_seconds, clock=rt.clock)
+                   keep_handled_s=settings.gateway.dedupe_ttl_seconds, clock=rt.clock,
+                   spool_dir=settings.storage.data_dir / "spool")
 
     def session_of(self, inbound: Inbound) -> SessionKey:
         """The session ``inbound`` belongs to."""
         return session_key(inbound, self.scope_for(inbound.platform))
 
+    def _entries(self, batch: Sequence[Inbound], at: datetime | None = None) -> list[InboxEntry]:
+        """Rows for ``batch``, received at ``at`` (default: when each message says it was)."""
+        return [InboxEntry(key=inbound_key(i), platform=i.platform, session_key=str(self.session_of(i)),
+                           payload=encode(i), received_at=at or i.received_at) for i in batch]
+
     async def keep(self, batch: Sequence[Inbound]) -> None:
         """Store a received batch in one transaction, before its platform may forget it. Raises when the store
         cannot take it; the adapter decides how long to retry (it does not tell the platform meanwhile)."""
         at = self.clock()
-        entries = [InboxEntry(key=inbound_key(i), platform=i.platform, session_key=str(self.session_of(i)),
-                              payload=encode(i), received_at=at) for i in batch]
+        entries = self._entries(batch, at)
         try:
             await self.store.inbox.keep(entries, self.claimer, at=at)
         except Exception as exc:
@@ -108,6 +130,40 @@ class Inbox:
         self._kept.update(e.key for e in entries)
         crash_point("inbox-kept")
 
+    async def keep_or_spool(self, batch: Sequence[Inbound]) -> None:
+        """`keep`, or — the database down, or slower than ``KEEP_TIMEOUT_S`` — append ``batch`` to this
+        worker's spool, which `recover` moves into the inbox later. Raises only when neither can take it."""
+        if self.spool is None:
+            await self.keep(batch)
+            return
+        if time.monotonic() >= self._spool_until:
+            try:
+                await asyncio.wait_for(self.keep(batch), KEEP_TIMEOUT_S)
+                return
+            except Exception as exc:
+                if not (isinstance(exc, TimeoutError) or is_storage_outage(exc)):
+                    raise
+                self._spool_until = time.monotonic() + KEEP_PAUSE_S
+        await self.spool.append([encode(i) for i in batch])
+        self.storage.throttle.warning("spool", "%d received message(s) spooled to %s until the inbox can take "
+                                      "them", len(batch), self.spool.path)
+        self._kept.update(inbound_key(i) for i in batch)
+        crash_point("inbox-kept")
+
+    async def _keep_spooled(self, lines: list[str], ours: bool) -> None:
+        """Put spooled messages into the inbox: claimed by this worker if it still holds them, otherwise left
+        for the recovery to claim (a dead worker's spool, or a message this one gave up on)."""
+        batch: list[Inbound] = []
+        for line in lines:
+            try:
+                batch.append(decode(line))
+            except (ValueError, TypeError, KeyError) as exc:
+                log.warning("spool: a message cannot be read (%s); dropped", type(exc).__name__)
+        held = [i for i in batch if ours and inbound_key(i) in self._kept]
+        others = [i for i in batch if not (ours and inbound_key(i) in self._kept)]
+        await self.store.inbox.keep(self._entries(held), self.claimer, at=self.clock(),
+                                    unclaimed=self._entries(others))
+
     def marker(self, inbound: Inbound, key: SessionKey) -> Handled:
         """What marks ``inbound`` handled inside the transaction that stores its turn."""
         return Handled(inbound_key(inbound), inbound.platform, str(key))
@@ -115,6 +171,11 @@ class Inbox:
     def taken_over(self, inbound: Inbound) -> bool:
         """Whether this worker took ``inbound`` over from a stopped worker and has not finished with it."""
         return inbound_key(inbound) in self._taken
+
+    def holds(self, inbound: Inbound) -> bool:
+        """Whether ``inbound`` is kept (in the inbox or the spool) and not yet handled: released, it is handled
+        again once the recovery finds it unclaimed."""
+        return inbound_key(inbound) in self._kept
 
     def release(self, inbound: Inbound) -> None:
         """This worker no longer holds ``inbound`` unhandled — marked handled with its turn, or its handling
@@ -139,9 +200,16 @@ class Inbox:
             log.warning("inbox: message %s not marked handled (%s); it will be looked at again",
                         inbound.message_id, type(exc).__name__)
 
+    def close(self) -> None:
+        """Let go of this worker's spool (what it still holds is drained by the next worker to look)."""
+        if self.spool is not None:
+            self.spool.close()
+
     async def recover(self, platforms: Sequence[str]) -> list[Inbound]:
         """Renew this worker's claims, prune old handled rows, and take over the messages on ``platforms`` a
         dead worker left unhandled: returned to be handled again."""
+        if self.spool is not None:
+            await self.spool.drain(self._keep_spooled)
         now = self.clock()
         if self._kept:
             await self.store.inbox.renew(self.claimer, sorted(self._kept), at=now)

@@ -207,6 +207,12 @@ class Router:
             return
         storage = self.sessions.rt.storage
         if storage.down and self._queues.pending(key) >= self.settings.gateway.held_messages_per_session:
+            if self.inbox.holds(inbound):
+                # Kept on disk already (inbox or spool): not held in memory too; the recovery hands it on again.
+                storage.throttle.warning("hold-full", "storage unavailable and %d messages already held for %s: "
+                                         "more are left to the inbox's recovery", self._queues.pending(key), key)
+                self.inbox.release(inbound)
+                return
             storage.throttle.warning("hold-full", "storage unavailable and %d messages already held for %s: "
                                      "answering that the bot is unavailable", self._queues.pending(key), key)
             if addressed:

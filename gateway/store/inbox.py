@@ -123,15 +123,19 @@ class InboxRepository:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
 
-    async def keep(self, entries: Sequence[InboxEntry], claimed_by: str, at: datetime | None = None) -> int:
-        """Store a fetched batch, claimed by ``claimed_by``, in one transaction; how many rows were new."""
-        if not entries:
+    async def keep(self, entries: Sequence[InboxEntry], claimed_by: str, at: datetime | None = None, *,
+                   unclaimed: Sequence[InboxEntry] = ()) -> int:
+        """Store a fetched batch, claimed by ``claimed_by``, in one transaction — with ``unclaimed``, rows no
+        worker holds (the next recovery claims them); how many rows were new."""
+        if not entries and not unclaimed:
             return 0
         at = at or utcnow()
+        rows = [{"key": e.key, "platform": e.platform, "session_key": e.session_key, "payload": e.payload,
+                 "received_at": e.received_at, "claimed_by": claimer, "claimed_at": claimed_at}
+                for group, claimer, claimed_at in ((entries, claimed_by, at), (unclaimed, None, None))
+                for e in group]
 
         def transaction(conn: Connection) -> int:
-            rows = [{"key": e.key, "platform": e.platform, "session_key": e.session_key, "payload": e.payload,
-                     "received_at": e.received_at, "claimed_by": claimed_by, "claimed_at": at} for e in entries]
             return int(conn.execute(_insert(conn.dialect.name).values(rows).on_conflict_do_nothing(index_elements=["key"]))
                        .rowcount or 0)
 
