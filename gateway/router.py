@@ -100,6 +100,9 @@ INTERRUPTED_BY_NEW_TEXT = "⏹️ Interrupted by a newer message."
 TURN_POLL_S = 0.02
 # What the chain ends with: a text still to be stored in the ledger, or a turn's answer stored with the turn.
 Reply = str | tuple[Outbound, int | None]
+# A queued message: what to handle, where it came from, and its arrival ticket (None: taken over from a stopped
+# worker, it rejoins at the ticket being served when its turn in the lane comes).
+Queued = tuple[Inbound | Batch, Adapter, Turn | None]
 UNAVAILABLE_TEXT = ("⚠️ I'm unavailable right now (my storage is down) and cannot keep more messages. "
                     "Please send this again in a few minutes.")
 
@@ -148,11 +151,11 @@ class Router:
         self.context = GroupContext(self.settings.gateway.group_context_limit)
         self.deliveries = deliveries or Deliveries.for_runtime(rt)
         self.inbox = inbox or Inbox.for_runtime(rt)
-        self._queues: SessionQueues[SessionKey, tuple[Inbound | Batch, Adapter, Turn]] = \
+        self._queues: SessionQueues[SessionKey, Queued] = \
             SessionQueues(self._process_logged)
         # Messages taken over from a stopped worker queue in lanes of their own: a later message of the session
         # queued here first may be waiting for the very ticket one of them holds (`ArrivalOrder.rejoin`).
-        self._rejoined: SessionQueues[SessionKey, tuple[Inbound | Batch, Adapter, Turn]] = \
+        self._rejoined: SessionQueues[SessionKey, Queued] = \
             SessionQueues(self._process_logged)
         self.metrics.instruments.watch_queue(lambda: self._queues.depth + self._rejoined.depth)
         self.access = AccessPolicy.from_settings(self.settings)
@@ -269,10 +272,11 @@ class Router:
 
     async def _enqueue(self, key: SessionKey, item: Inbound | Batch, adapter: Adapter) -> None:
         """Draw the arrival ticket, then queue ``item`` behind the session's earlier messages in this worker; a
-        message taken over from a stopped worker rejoins at the ticket being served (most likely its own)."""
+        message taken over from a stopped worker rejoins, when its lane reaches it, at the ticket being served
+        then (most likely the one its worker drew for it): those taken over together keep their order."""
         arrivals = self.sessions.rt.arrivals
         if self.inbox.taken_over(item.first if isinstance(item, Batch) else item):
-            await self._rejoined.submit(key, (item, adapter, await arrivals.rejoin(str(key))))
+            await self._rejoined.submit(key, (item, adapter, None))
             return
         turn = await arrivals.arrive(str(key))
         await self._queues.submit(key, (item, adapter, turn))
@@ -307,13 +311,15 @@ class Router:
         await asyncio.gather(self._queues.aclose(grace_seconds), self._rejoined.aclose(grace_seconds))
         await self.observer.aclose()
 
-    async def _process_logged(self, key: SessionKey, item: tuple[Inbound | Batch, Adapter, Turn]) -> None:
+    async def _process_logged(self, key: SessionKey, item: Queued) -> None:
         # Every line logged while this message is handled names its session and platform.
         with log_context(session=str(key), platform=key.platform):
             await self._process(key, item)
 
-    async def _process(self, key: SessionKey, item: tuple[Inbound | Batch, Adapter, Turn]) -> None:
+    async def _process(self, key: SessionKey, item: Queued) -> None:
         queued, adapter, turn = item
+        if turn is None:  # taken over: its ticket is the one being served once the lane reaches it
+            turn = await self.sessions.rt.arrivals.rejoin(str(key))
         inbound = await queued.take(self.settings.gateway.collect_window_seconds) if isinstance(queued, Batch) \
             else queued
         storage = self.sessions.rt.storage
