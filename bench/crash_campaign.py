@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
+import sqlite3
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -36,7 +37,7 @@ from tests.fakes.discord_server import DM_CHANNEL_ID, FakeDiscord
 from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.fakes.telegram_server import FakeTelegram
 from tests.faults.pgproxy import CommitCutter
-from tests.faults.services import SmallDisk, free_port, private_postgres, small_disk
+from tests.faults.services import free_port, private_postgres
 from tests.locks.conftest import PrivateRedis
 
 __all__ = ["BACKENDS", "FAULTS", "Fault", "Outcome", "Rig", "run_fault", "table"]
@@ -294,8 +295,8 @@ async def _commit_lost(rig: Rig) -> Outcome:
 
 
 async def _database_down(rig: Rig) -> Outcome:
-    """Discord while the database is down (PostgreSQL stopped; SQLite's disk full), SIGKILL mid-outage, the
-    database back, the worker restarted."""
+    """Discord while the database is down (PostgreSQL stopped; SQLite locked by another writer), SIGKILL
+    mid-outage, the database back, the worker restarted."""
     async with _breakable_database(rig) as (url, down, up):
         cluster = await rig.cluster(platform="discord", database_url=url, CONCORD_INBOX__STALE_AFTER_SECONDS=3)
         await down()
@@ -325,17 +326,27 @@ async def _breakable_database(rig: Rig) -> AsyncIterator[tuple[str, Callable[[],
             await upgrade_database(server.url)
             yield server.url, lambda: asyncio.to_thread(server.stop), lambda: asyncio.to_thread(server.start)
         return
-    with small_disk(64) as disk:
-        if isinstance(disk, str):
-            raise RuntimeError(disk)
-        assert isinstance(disk, SmallDisk)
-        url = f"sqlite+aiosqlite:///{disk.path}/concord.db"
-        await upgrade_database(url)
+    # SQLite: another process holds the write lock past the busy timeout ("database is locked").
+    path = rig.workdir / "outage.db"
+    url = f"sqlite+aiosqlite:///{path}"
+    await upgrade_database(url)
+    holder: list[sqlite3.Connection] = []
 
-        async def up() -> None:
-            disk.free()
+    def down() -> None:
+        connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        connection.execute("BEGIN IMMEDIATE")
+        holder.append(connection)
 
-        yield url, lambda: asyncio.to_thread(disk.fill), up
+    def up() -> None:
+        while holder:
+            connection = holder.pop()
+            connection.rollback()
+            connection.close()
+
+    try:
+        yield url, lambda: asyncio.to_thread(down), lambda: asyncio.to_thread(up)
+    finally:
+        await asyncio.to_thread(up)
 
 
 @dataclass(frozen=True)
