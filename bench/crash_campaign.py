@@ -40,7 +40,8 @@ from tests.faults.pgproxy import CommitCutter
 from tests.faults.services import free_port, private_postgres
 from tests.locks.conftest import PrivateRedis
 
-__all__ = ["BACKENDS", "FAULTS", "Fault", "Outcome", "Rig", "run_fault", "table"]
+__all__ = ["BACKENDS", "FAULTS", "FILLER", "Fault", "Outcome", "Rig", "restart_unarmed", "run_fault", "stored_counts",
+           "table"]
 
 BACKENDS = ("sqlite", "postgres")
 FILLER = " ".join(f"the migration plan step {n} moves shard {n % 7} after the schema check" for n in range(60))
@@ -161,7 +162,7 @@ class Rig:
         addressed = [i for i in sent if i not in observed]
         await self.answered(addressed)
         replies = self.replies()
-        stored = await _stored_counts(database_url or self.database_url, sent)
+        stored = await stored_counts(database_url or self.database_url, sent)
         outcome = Outcome(sent=len(sent), answered=sum(1 for i in addressed if replies.get(i.message_id)))
         for item in sent:
             label, answers = f"{item.chat_id}/{item.message_id}", replies.get(item.message_id, [])
@@ -376,7 +377,7 @@ FAULTS: dict[str, Fault] = {fault.name: fault for fault in (
 # -- running and counting -----------------------------------------------------------------------------------------
 
 
-async def _stored_counts(database_url: str, items: Sequence[Sent]) -> dict[int, int]:
+async def stored_counts(database_url: str, items: Sequence[Sent]) -> dict[int, int]:
     """How many times each item's text was stored as a user message of its chat (a compaction's own rows are
     marked compacted; the rows it carries over keep their original's time). Commands are not stored: 1."""
     engine = create_engine(database_url)

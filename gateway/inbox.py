@@ -6,10 +6,11 @@ twice: a message held only in a worker's memory dies with it. So those adapters 
 Discord: before the message is queued). A kept row is claimed by the worker process that took it
 (``<worker id>#<per-process suffix>``), which renews the claim while it still holds the message.
 
-A message is marked handled where the router marks its inbound id handled: for an agent turn inside the turn's
-own transaction, together with the answer's ledger row (`gateway.turns.TurnAnswer`); otherwise once the answer
-is in the ledger, or, for a message answered outside the turn lock (a refusal, /stop, an observed group line),
-when the router is done with it.
+A message is marked handled where the router marks its inbound id handled, always together with its answer's
+ledger row: for an agent turn inside the turn's own transaction (`gateway.turns.TurnAnswer`), for any other
+answer in a transaction of the two (`Inbox.answer`), for an observed group line in its batch's transaction;
+for a message answered outside the turn lock (a refusal, /stop) when the router is done with it. A command
+that changes something first stores that it began (`Inbox.begin`), so it runs at most once.
 
 `Inbox.recover` — at start-up and every third of ``inbox.stale_after_seconds``, on every worker — claims the
 rows whose worker stopped renewing them that long ago (each row to one worker) and returns them to be handled
@@ -40,12 +41,13 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from adapters.base import Attachment, Inbound
+from gateway.delivery import MarkedAnswer
 from gateway.durability import StorageGuard, is_storage_outage
 from gateway.faults import crash_point
 from gateway.keys import Scope, SessionKey, session_key
 from gateway.runtime import Runtime
 from gateway.spool import Spool
-from gateway.store import AlreadyStored, Handled, InboxEntry, Store
+from gateway.store import AlreadyStored, Handled, Handling, InboxEntry, Progress, Store
 
 __all__ = ["Inbox", "decode", "encode", "inbound_key"]
 
@@ -163,6 +165,29 @@ class Inbox:
         others = [i for i in batch if not (ours and inbound_key(i) in self._kept)]
         await self.store.inbox.keep(self._entries(held), self.claimer, at=self.clock(),
                                     unclaimed=self._entries(others))
+
+    async def answer(self, inbound: Inbound, answer: MarkedAnswer, session_id: str | None) -> None:
+        """Store ``answer`` with ``inbound``'s handled mark in one transaction, held through a storage outage
+        (`MarkedAnswer.write`); this worker no longer holds the message."""
+        await self.storage.run(lambda: answer.write(session_id, self.store.inbox.mark_handled),
+                               f"the answer to message {inbound.message_id} is held until it is stored")
+        self.release(inbound)
+
+    async def begin(self, inbound: Inbound, key: SessionKey, handling: Handling) -> bool:
+        """Store that handling ``inbound`` starts something that must run at most once (a command changing
+        something): a progress step from 0, held through a storage outage. False when an earlier attempt
+        started it (it may or may not have taken effect), or another handling did."""
+        if handling.progress:
+            return False
+        marker = self.marker(inbound, key)
+        step = Progress(marker.key, marker.platform, marker.session_key, 0, 1)
+        try:
+            await self.storage.run(lambda: self.store.inbox.advance(step),
+                                   f"message {inbound.message_id} is held until its start is stored")
+        except AlreadyStored as already:
+            # This attempt read progress 0: the step's COMMIT went through unseen, unless another handling stored it.
+            return not already.handling.handled and already.handling.progress == step.to
+        return True
 
     def marker(self, inbound: Inbound, key: SessionKey) -> Handled:
         """What marks ``inbound`` handled inside the transaction that stores its turn."""

@@ -41,7 +41,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections import Counter, OrderedDict, deque
+from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -67,6 +67,7 @@ from gateway.continuity import with_note
 from gateway.delivery import Deliveries, MarkedAnswer
 from gateway.durability import backoff_delay, is_storage_outage
 from gateway.faults import crash_point
+from gateway.group_context import GroupContext
 from gateway.inbox import Inbox, inbound_key
 from gateway.keys import SessionKey, session_key
 from gateway.limits import RateLimiter
@@ -79,10 +80,9 @@ from gateway.prompt import speaker_tag
 from gateway.queues import QueueClosed, SessionQueues
 from gateway.replies import cap_reply
 from gateway.session import LiveSession, SessionManager
-from gateway.store import AlreadyStored, Handling, Progress
 from gateway.turns import TurnAnswer, agent_turn
 
-__all__ = ["GroupContext", "Router"]
+__all__ = ["Router"]
 
 log = logging.getLogger(__name__)
 
@@ -105,36 +105,6 @@ Reply = str | tuple[Outbound, int | None]
 Queued = tuple[Inbound | Batch, Adapter, Turn | None]
 UNAVAILABLE_TEXT = ("⚠️ I'm unavailable right now (my storage is down) and cannot keep more messages. "
                     "Please send this again in a few minutes.")
-
-
-class GroupContext:
-    """Unaddressed group lines per session: the newest ``limit`` of each, at most ``max_chars`` in all (they go
-    in front of one question, and long chatter must not fill the model's window), for at most
-    ``max_sessions``."""
-
-    def __init__(self, limit: int, max_sessions: int = 10_000, max_chars: int = 16_000) -> None:
-        self.limit = limit
-        self.max_sessions = max_sessions
-        self.max_chars = max_chars
-        self._lines: OrderedDict[SessionKey, deque[str]] = OrderedDict()
-
-    def add(self, key: SessionKey, line: str) -> None:
-        """Keep ``line``; the oldest line of the session falls out past the limit."""
-        if self.limit <= 0:
-            return
-        lines = self._lines.get(key)
-        if lines is None:
-            lines = self._lines[key] = deque(maxlen=self.limit)
-        lines.append(line if len(line) <= self.max_chars else line[: self.max_chars - 1] + "…")
-        while len(lines) > 1 and sum(map(len, lines)) > self.max_chars:
-            lines.popleft()
-        self._lines.move_to_end(key)
-        while len(self._lines) > self.max_sessions:
-            self._lines.popitem(last=False)
-
-    def take(self, key: SessionKey) -> list[str]:
-        """The kept lines of ``key`` (oldest first), forgetting them."""
-        return list(self._lines.pop(key, ()))
 
 
 class Router:
@@ -396,16 +366,12 @@ class Router:
         return pending
 
     async def _store_reply(self, key: SessionKey, inbound: Inbound, text: str) -> tuple[Outbound, int | None] | None:
-        """Store a reply that is no turn's answer (a command's, a refusal, the apology) in the delivery ledger
-        together with the message's handled mark — one transaction, held through a storage outage — and return
-        it to send with its ledger row (None: another handling of the message answered it)."""
+        """Store a reply that is no turn's answer (a command's, a refusal, the apology) with the message's handled
+        mark, and return it to send with its ledger row (None: another handling of the message answered it)."""
         live = self.sessions.cached(key)
         answer = MarkedAnswer(self.inbox.marker(inbound, key), self.deliveries,
                               Outbound.to(inbound, cap_reply(text, self.settings.gateway.max_reply_chars)))
-        rt = self.sessions.rt
-        await rt.storage.run(lambda: answer.write(live.id if live else None, rt.store.inbox.mark_handled),
-                             f"the answer to message {inbound.message_id} in {key} is held until it is stored")
-        self.inbox.release(inbound)
+        await self.inbox.answer(inbound, answer, live.id if live else None)
         return (answer.out, answer.delivery_id) if answer.out is not None else None
 
     def _composer(self, inbound: Inbound, running: RunningTurn) -> Callable[[TurnResult], Outbound | None]:
@@ -447,7 +413,7 @@ class Router:
         # Who may write which memory this turn (the bot-wide one: operators only).
         live.memory.set_author(Author(inbound.user_id, operator=is_operator(inbound, self.settings.gateway.admins)))
         if command is not None and (command.known or not key.is_group):
-            if command.changes_state and not await self._begin_command(key, inbound, handling):
+            if command.changes_state and not await self.inbox.begin(inbound, key, handling):
                 return [INTERRUPTED_COMMAND.format(name=command.name)]
             ctx = CommandContext(self.sessions, live, inbound, admin, notices, self.events, self.limiter,
                                  self.pairing)
@@ -488,22 +454,6 @@ class Router:
         await stream.finish(answer.out.text)
         await self.deliveries.confirm(adapter, answer.delivery_id)
         return []
-
-    async def _begin_command(self, key: SessionKey, inbound: Inbound, handling: Handling) -> bool:
-        """Store that a command changing something starts on ``inbound`` (a progress step), so it runs at most
-        once: False when an earlier attempt started it (it may or may not have taken effect) or another
-        handling did."""
-        if handling.progress:
-            return False
-        marker = self.inbox.marker(inbound, key)
-        step = Progress(marker.key, marker.platform, marker.session_key, 0, 1)
-        try:
-            await self.sessions.rt.storage.run(lambda: self.sessions.rt.store.inbox.advance(step),
-                                               f"/{inbound.command} of message {inbound.message_id} is held")
-        except AlreadyStored as already:
-            # Its COMMIT went through unseen (this attempt read progress 0), unless another handling stored it.
-            return not already.handling.handled and already.handling.progress == step.to
-        return True
 
     def _user_message(self, key: SessionKey, live: LiveSession, inbound: Inbound) -> dict[str, Any]:
         text = inbound.text
