@@ -5,10 +5,12 @@
             ─▶ unaddressed group line? observe: batch it into the session (gateway.observe), stop
             ─▶ busy mode (interrupt the sender's turn / collect a burst) ─▶ queue depth cap
             ─▶ arrival ticket ─▶ per-session FIFO ─▶ turn lock (and the ticket's turn)
-            ─▶ handled before? drop (de-dup) ─▶ load session (+ the group's pending lines)
-            ─▶ command? run it ─▶ store the reply (delivery ledger)
-            ─▶ else turn stored already? drop ─▶ rate limits / budgets ─▶ hygiene (R-G3)
-            ─▶ agent turn ─▶ persist: its messages, its answer, the message marked handled (one transaction)
+            ─▶ handled before? drop (de-dup) ─▶ load session (+ how far the message's handling got)
+            ─▶ stored already? drop ─▶ the group's pending lines
+            ─▶ command? run it (one that changes something: at most once) ─▶ store the reply with the mark
+            ─▶ else rate limits / budgets ─▶ hygiene (R-G3)
+            ─▶ agent turn (resumed, if a crashed attempt stored its request)
+            ─▶ persist: its messages, its answer, the message marked handled (one transaction)
             ─▶ mark the inbound id handled (Redis)
             ─▶ release lock ─▶ send the reply (or finish the live one) ─▶ mark it sent
 
@@ -22,7 +24,8 @@ the next message that addresses it.
 When the database is down, a message that meets the outage is held — it stays first in its session's queue
 and is retried with backoff (outside the turn lock) until storage is back, then answered; the session's later
 messages wait behind it in order. Past ``gateway.held_messages_per_session`` waiting messages, the next ones
-are answered plainly that the bot is unavailable instead of being queued without bound.
+are left to the inbox's recovery when they are kept (the inbox, the spool), and otherwise answered plainly that
+the bot is unavailable, instead of being queued without bound.
 
 De-duplication happens under the session's turn lock: two deliveries of one message (a Telegram update sent
 to two workers, a redelivery after a restart) belong to one session, so the second waits for the first and
