@@ -67,14 +67,19 @@ class Rig:
 
     backend: str
     database_url: str
-    redis_url: str | None
     workdir: Path
     llm: FakeLLMServer
     telegram: FakeTelegram
     discord: FakeDiscord
     late_after_s: float
+    redis: PrivateRedis | None = None  # the backend's own Redis, for faults that kill, pause or slow it
     clusters: list[Cluster] = field(default_factory=list)
     sent_at: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def redis_url(self) -> str | None:
+        """The Redis the workers share (None on SQLite: everything in-process)."""
+        return self.redis.url if self.redis is not None else None
 
     @property
     def workers(self) -> int:
@@ -422,7 +427,7 @@ async def run_fault(fault: Fault, backend: str, late_after_s: float, postgres_ur
             stack.push_async_callback(telegram.stop)
             await discord.start()
             stack.push_async_callback(discord.stop)
-            rig = Rig(backend, url, redis.url if redis else None, workdir, llm, telegram, discord, late_after_s)
+            rig = Rig(backend, url, workdir, llm, telegram, discord, late_after_s, redis=redis)
             stack.push_async_callback(rig.aclose)
             outcome = await fault.run(rig)
     finally:
