@@ -22,20 +22,21 @@ import os
 import signal
 import sys
 
-__all__ = ["ENV", "POINTS", "crash_point"]
+__all__ = ["ENV", "POINTS", "crash_point", "parse_points"]
 
 ENV = "CONCORD_FAULT_KILL_AT"
 POINTS = frozenset({"inbox-kept", "request-stored", "command-applied", "answer-stored", "observed-queued"})
 
 
-def _armed(value: str) -> set[str]:
+def parse_points(value: str) -> set[str]:
+    """The crash points ``value`` (comma-separated) names; unknown names are said on stderr and ignored."""
     names = {name.strip() for name in value.split(",") if name.strip()}
     for unknown in sorted(names - POINTS):
         print(f"{ENV}: unknown crash point {unknown!r} ignored (have: {', '.join(sorted(POINTS))})", file=sys.stderr)
     return names & POINTS
 
 
-_ARMED = _armed(os.environ.get(ENV, ""))
+_ARMED = parse_points(os.environ.get(ENV, ""))
 
 
 def crash_point(name: str) -> None:

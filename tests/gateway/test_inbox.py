@@ -123,3 +123,21 @@ async def test_a_message_spooled_while_the_database_is_down_is_answered_by_the_n
         assert list((tmp_path / "spool").glob("*.jsonl")) == []
     finally:
         await second.aclose(grace_seconds=5)
+
+
+async def test_while_the_database_fails_the_next_messages_go_to_the_spool_at_once(
+        gateway_factory: GatewayFactory) -> None:
+    gateway, adapter = await gateway_factory()
+    tried: list[int] = []
+
+    async def database_down(entries: object, *args: object, **kwargs: object) -> int:
+        tried.append(1)
+        raise OperationalError("INSERT INTO inbox", {}, ConnectionRefusedError(111, "Connection refused"))
+
+    gateway.rt.store.inbox.keep = database_down  # type: ignore[method-assign]
+    first, second = adapter.inbound("one"), adapter.inbound("two")
+    await gateway.inbox.keep_or_spool([first])
+    await gateway.inbox.keep_or_spool([second])
+    assert len(tried) == 1  # the second did not wait for the database first
+    assert gateway.inbox.spool is not None and gateway.inbox.spool.pending == 2
+    assert gateway.inbox.holds(first) and gateway.inbox.holds(second)
