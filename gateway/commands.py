@@ -70,8 +70,8 @@ UNPIN_FLAG = "--unpin"
 # after a crash in the middle of one says so instead of running it again.
 CHANGING_COMMANDS = frozenset({"compress", "new", "pin", "unpin", "approve", "remember"})
 
-INTERRUPTED_COMMAND = ("⚠️ /{name} was interrupted (the bot restarted) and may or may not have taken effect; "
-                       "check before sending it again.")
+INTERRUPTED_COMMAND = ("⚠️ /{name} was interrupted before it could answer (a restart or a storage outage) and "
+                       "may or may not have taken effect; check before sending it again.")
 NOTHING_TO_COMPRESS = "Nothing to compress: everything is already in the protected head and tail."
 REFUSAL = "Sorry, /{name} is for admins only."
 OPERATOR_REFUSAL = "Sorry, /stats is for the bot's operators (gateway.admins) only."
