@@ -216,6 +216,11 @@ class Adapter(ABC):
         # polled Telegram once the offset is confirmed) awaits it before the platform may forget the message.
         self.keep: KeepHandler | None = None
 
+    # Whether the platform sends a message again for as long as the adapter has not confirmed it (Telegram: the
+    # getUpdates offset, a webhook's answer), so an unkept message can wait there. Where it does not (Discord),
+    # the gateway's `keep` falls back to a local spool instead of failing while the database is down.
+    redelivers: bool = True
+
     @abstractmethod
     async def start(self, on_message: InboundHandler) -> None:
         """Connect and begin delivering inbound messages to ``on_message``; returns once connected."""

@@ -5,10 +5,10 @@ Intents); without it Discord blanks guild messages that do not mention the bot, 
 cannot be kept as context. Replies never ping @everyone, @here or roles. With ``slash_commands`` the
 commands are also offered as native slash commands (see `adapters.discord_slash`).
 
-Discord never sends an event twice, so each message is kept in the gateway's inbox (``keep``) before it is
-handed on, in arrival order: a worker that dies mid-turn leaves it to another worker. When the inbox cannot
-take it (the database is down or slow) it is handed on at once, held in memory only, and for a few seconds
-the next messages do not wait for the inbox either.
+Discord never sends an event twice, so each message is kept (``keep``) before it is handed on, in arrival
+order: in the gateway's inbox, or — the database down or slow — in the worker's spool on disk, from which it
+reaches the inbox once the database answers (`gateway.spool`). A worker that dies mid-turn, or mid-outage,
+leaves it to be handled again. Only when neither can take it is it handed on from memory alone.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import logging
 import re
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -45,10 +44,6 @@ from adapters.live import ChatThrottle, EditedReply, LiveRateLimited
 from adapters.supervise import Backoff, Supervisor, describe, retry_start
 
 log = logging.getLogger(__name__)
-
-# How long one message may wait for the inbox, and how long after a failure messages skip it.
-KEEP_TIMEOUT_S = 5.0
-KEEP_PAUSE_S = 5.0
 
 DISCORD_LIMIT = 2000
 _USER_MESSAGE_TYPES = {discord.MessageType.default, discord.MessageType.reply}
@@ -201,6 +196,7 @@ class DiscordAdapter(Adapter):
 
     name = "discord"
     limit = DISCORD_LIMIT
+    redelivers = False
 
     def __init__(self, settings: DiscordSettings, *, sleep: Sleep = asyncio.sleep) -> None:
         super().__init__()
@@ -219,7 +215,6 @@ class DiscordAdapter(Adapter):
         self._interactions = PendingInteractions()
         self._throttle = ChatThrottle(settings.edit_interval)
         self._intake = asyncio.Lock()  # FIFO: messages are kept and handed on in the order they arrived
-        self._keep_paused_until = 0.0
         if settings.slash_commands:
             self.tree = build_tree(self.client, self.on_slash_command)
             # discord.py awaits setup_hook in login(), after the application id is known, before the gateway.
@@ -468,15 +463,12 @@ class DiscordAdapter(Adapter):
     async def _take(self, inbound: Inbound) -> None:
         """Keep ``inbound`` in the gateway's inbox, then hand it on (see the module docstring)."""
         async with self._intake:
-            keep = self.keep
-            if keep is not None and time.monotonic() >= self._keep_paused_until:
+            if self.keep is not None:
                 try:
-                    await asyncio.wait_for(keep([inbound]), KEEP_TIMEOUT_S)
+                    await self.keep([inbound])
                 except Exception as exc:
-                    self._keep_paused_until = time.monotonic() + KEEP_PAUSE_S
-                    log.warning("discord: message %s not kept in the inbox (%s); handled from memory only, and "
-                                "so are the messages of the next %.0f s", inbound.message_id, describe(exc),
-                                KEEP_PAUSE_S)
+                    log.error("discord: message %s kept nowhere (%s); handled from memory only",
+                              inbound.message_id, describe(exc))
             self._dispatch(inbound)
 
     def _to_inbound(self, message: discord.Message) -> Inbound | None:

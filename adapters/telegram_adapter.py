@@ -45,7 +45,10 @@ from telegram import Message, MessageEntity, ReplyParameters, Update
 from telegram.constants import ChatMemberStatus
 from telegram.error import BadRequest, Forbidden, InvalidToken, NetworkError, RetryAfter, TelegramError
 from telegram.ext import Application, ContextTypes, TypeHandler
-from telegram.request import HTTPXRequest
+from telegram.request import HTTPXRequest, RequestData
+
+# RequestData's own constructor takes these; PTB does not re-export the class (tests/adapters cover the use).
+from telegram.request._requestparameter import RequestParameter
 
 from adapters.base import (
     Adapter,
@@ -131,7 +134,8 @@ class _SkippingUpdatesRequest(HTTPXRequest):
     offset move on and every other update through.
 
     It also holds back the next getUpdates (which confirms the last batch) until ``handoff`` says the batch
-    is settled: kept in the gateway's inbox and handed on.
+    is settled: kept in the gateway's inbox and handed on; and it never asks past an update the hand-off held
+    back (not kept anywhere), so Telegram sends that one again.
     """
 
     handoff: UpdateHandOff | None = None
@@ -143,17 +147,23 @@ class _SkippingUpdatesRequest(HTTPXRequest):
         self.held = False
 
     async def do_request(self, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
+        lowered = False
         if self.handoff is not None:
             self.held = True  # waiting on our own gateway is no stall of Telegram's
             try:
-                await self.handoff.wait()
+                await self.handoff.wait(stopping=not self.polling)
             finally:
                 self.held = False
+            kwargs["request_data"], lowered = _confined(kwargs.get("request_data"), self.handoff)
         code, payload = await super().do_request(*args, **kwargs)
         if code != 200:
             return code, payload
-        if self.polling:
+        # Not polling: PTB's closing call (or a poll answered as it stops), whose updates PTB drops unhandled.
+        handed = self.handoff if self.polling else None
+        if handed is not None:
             self.last_answer = time.monotonic()
+            if lowered:
+                handed.resent()
         try:
             body = json.loads(payload)
         except ValueError:
@@ -161,11 +171,21 @@ class _SkippingUpdatesRequest(HTTPXRequest):
         if isinstance(body, dict) and isinstance(body.get("result"), list):
             body["result"] = [_parseable(_storable(item)) for item in body["result"] if isinstance(item, dict)]
             payload = json.dumps(body).encode()
-            # PTB's closing call after a stop fetches updates only to discard them (they stay unconfirmed): noted
-            # as fetched, they would never be read, and the next poller would wait for them to settle.
-            if self.handoff is not None and self.polling:
-                self.handoff.fetched(u["update_id"] for u in body["result"] if isinstance(u.get("update_id"), int))
+            if handed is not None:
+                handed.fetched(u["update_id"] for u in body["result"] if isinstance(u.get("update_id"), int))
         return code, payload
+
+
+def _confined(request: RequestData | None, handoff: UpdateHandOff) -> tuple[RequestData | None, bool]:
+    """``request`` asking from the first update ``handoff`` held back, if its offset would confirm that update;
+    and whether it was lowered."""
+    parameters = request.parameters if request is not None else {}
+    offset = parameters.get("offset")
+    if not isinstance(offset, int) or (confined := handoff.confine(offset)) == offset:
+        return request, False
+    log.info("telegram: asking for updates from %d again (held back, kept nowhere yet)", confined)
+    return RequestData([RequestParameter.from_input(name, confined if name == "offset" else value)
+                        for name, value in parameters.items()]), True
 
 
 def _storable(value: Any) -> Any:
@@ -610,32 +630,35 @@ class TelegramAdapter(Adapter):
 
     async def _hand_on(self, batch: Batch) -> None:
         """Keep the batch's messages in the gateway's inbox, then hand them on; only then may Telegram forget
-        them (the next getUpdates confirms them)."""
+        them (the next getUpdates confirms them). A batch polling stopped waiting for before it was kept is
+        held back: not handed on, never confirmed, sent again by Telegram."""
         messages, keep = batch.inbounds, self.keep
+        kept = False
         try:
-            if messages and keep is not None:
-                await self._keep(keep, messages)
+            kept = not messages or keep is None or await self._keep(keep, messages)
         finally:
-            for inbound in messages:
-                self._dispatch(inbound)
-            self.handoff.settled(batch)
+            if kept:
+                for inbound in messages:
+                    self._dispatch(inbound)
+                self.handoff.settled(batch)
+            else:
+                self.handoff.hold_back(batch)
 
-    async def _keep(self, keep: KeepHandler, messages: list[Inbound]) -> None:
-        """``keep`` the messages, retrying with backoff while the hand-off's bound allows; past it they go on
-        without a record, said in one line."""
+    async def _keep(self, keep: KeepHandler, messages: list[Inbound]) -> bool:
+        """``keep`` the messages, retrying with backoff for as long as this worker polls (Telegram holds them
+        meanwhile); False when polling stopped first."""
         failures = 0
         while True:
             try:
                 await keep(messages)
-                return
+                return True
             except Exception as exc:
                 failures += 1
-                delay = min(2.0, 0.25 * 2 ** (failures - 1))
-                if self.handoff.remaining() <= delay:
-                    log.warning("telegram: %d message(s) not kept in the inbox (%s); confirmed to Telegram "
-                                "without a record, held in memory only until handled", len(messages), describe(exc))
-                    return
-            await asyncio.sleep(delay)
+                if not self._updates_request.polling:
+                    log.warning("telegram: %d message(s) not kept in the inbox (%s) and polling stopped; not "
+                                "confirmed, Telegram sends them again", len(messages), describe(exc))
+                    return False
+            await asyncio.sleep(min(2.0, 0.25 * 2 ** (failures - 1)))
 
     async def _read_update(self, update: Update) -> Inbound | None:
         """The message an update carries, or None (skipped)."""

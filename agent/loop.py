@@ -152,9 +152,11 @@ class AgentLoop:
         # The model limits the budgets were last set for (`_follow_model`).
         self._limits: ModelLimits | None = None
 
-    async def run_turn(self, messages: Sequence[Mapping[str, Any]], message: str | Mapping[str, Any], *,
+    async def run_turn(self, messages: Sequence[Mapping[str, Any]], message: str | Mapping[str, Any] | None, *,
                        token_counts: Sequence[int] | None = None) -> TurnResult:
-        """Answer ``message`` given the session's ``messages`` (system prompt excluded; never mutated).
+        """Answer ``message`` given the session's ``messages`` (system prompt excluded; never mutated). None
+        resumes a turn whose request (and perhaps tool rounds) ``messages`` already end with: a retry after a
+        crash that stored them.
 
         ``token_counts``: the exact count of each of ``messages`` when the caller holds them (the store
         does), so that nothing already counted is tokenized again.
@@ -164,7 +166,8 @@ class AgentLoop:
         turn = _Turn([dict(m) for m in messages], self.max_tokens)
         if token_counts is not None:
             self._ledger.seed(turn.messages, token_counts)
-        turn.append(user_message(message))
+        if message is not None:
+            turn.append(user_message(message))
         text, error = "", ""
         try:
             reason, text = await self._drive(turn)

@@ -1,4 +1,5 @@
-"""Several real ``concord run`` workers on one PostgreSQL + Redis, behind a fake Telegram (issue 18).
+"""Several real ``concord run`` workers on one PostgreSQL + Redis (or one worker on SQLite), behind a fake
+Telegram (issue 18).
 
 Used by `bench.scale` and the multi-process tests. Each worker is its own process in Telegram webhook mode on
 its own port, with ``/readyz`` on a metrics port; the fake Bot API and the fake LLM run in the calling
@@ -80,7 +81,7 @@ class Cluster:
 
     size: int
     database_url: str
-    redis_url: str
+    redis_url: str | None  # None: one worker on its own (SQLite), everything in-process
     telegram: Any  # tests.fakes.telegram_server.FakeTelegram, or None: the platform comes from env
     llm_base_url: str
     workdir: Path
@@ -124,7 +125,8 @@ class Cluster:
             **self._telegram_env(worker),
             "CONCORD_STORAGE__DATABASE_URL": self.database_url,
             "CONCORD_STORAGE__DATA_DIR": str(self.workdir / f"worker-{worker.index}"),
-            "CONCORD_REDIS__URL": self.redis_url, "CONCORD_REDIS__KEY_PREFIX": self.key_prefix,
+            **({"CONCORD_REDIS__URL": self.redis_url, "CONCORD_REDIS__KEY_PREFIX": self.key_prefix}
+               if self.redis_url else {}),
             "CONCORD_GATEWAY__SWEEP_CRON": "off", "CONCORD_GATEWAY__WORKER_ID": f"worker-{worker.index}",
             "CONCORD_MEMORY__ENABLED": "false",
             "CONCORD_METRICS__PORT": str(worker.metrics_port),
@@ -133,12 +135,13 @@ class Cluster:
             **(self.worker_env[worker.index] if worker.index < len(self.worker_env) else {}),
         }
 
-    async def start(self) -> None:
-        """Start every worker and wait until each answers ``/readyz``."""
+    async def start(self, count: int | None = None) -> None:
+        """Start every worker — or the first ``count``, the others left to `spawn` — and wait until each answers
+        ``/readyz``."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         for index in range(self.size):
             self.workers.append(Worker(index, free_port(), free_port(), self.workdir / f"worker-{index}.log"))
-        await asyncio.gather(*(self.spawn(w) for w in self.workers))
+        await asyncio.gather(*(self.spawn(w) for w in self.workers[:count]))
 
     async def spawn(self, worker: Worker) -> None:
         """(Re)start ``worker``'s process and wait until it is ready."""

@@ -1,7 +1,8 @@
-"""Reliability campaign (issue 11): real gateways, `concord sweep`, and faults, with the figures the README reports.
+"""Reliability campaign (issues 11 and 30): real gateways, `concord sweep`, and faults, with the figures the
+README reports.
 
-    python -m bench.reliability [--only race,redis-killed,redis-hung,redis-slow,postgres-down,disk-full]
-                                [--messages 600] [--outage 30] [--baseline PATH]
+    python -m bench.reliability [--only race,redis-killed,…,inbox-kept,…] [--backends sqlite,postgres]
+                                [--messages 600] [--outage 30] [--late-after 30] [--baseline PATH]
 
 * race — two ``concord run`` gateways and a ``concord sweep`` loop on one session, PostgreSQL, no Redis (a
   second gateway on one SQLite database is refused by its lock file);
@@ -11,8 +12,15 @@
 * postgres-down — two gateways while a private PostgreSQL is stopped for ``--outage`` seconds;
 * disk-full — one gateway while the tmpfs under its SQLite file is full for ``--outage`` seconds.
 
-Each line gives messages, answered, "try again" replies, lost, dropped from view, orphaned replies, the longest
-wait after recovery and the log volume. ``--baseline`` runs the gateway scenarios a second time from another
+The crash campaign (`bench.crash_campaign`, issue 30) kills workers where a message used to be lost or doubled —
+inbox-kept, request-stored, command-applied, answer-stored, observed-queued (SIGKILL at those crash points),
+commit-lost (a proxy cuts PostgreSQL's connection once a turn's COMMIT went through), database-down (Discord,
+the database down, SIGKILL mid-outage) — on SQLite with one worker and on PostgreSQL + Redis with two, and
+prints one table row per fault and backend: sent, answered, lost, doubled, late (answered more than
+``--late-after`` seconds after it was sent) and the slowest answer.
+
+Each other line gives messages, answered, "try again" replies, lost, dropped from view, orphaned replies, the
+longest wait after recovery and the log volume. ``--baseline`` runs the gateway scenarios a second time from another
 checkout (e.g. ``git worktree add /tmp/base <commit>``) for a before/after comparison. PostgreSQL for
 race and redis-killed comes from ``CONCORD_BENCH_POSTGRES_URL`` or ``CONCORD_TEST_POSTGRES_URL``.
 """
@@ -32,6 +40,7 @@ from pathlib import Path
 
 from redis import Redis as SyncRedis
 
+from bench.crash_campaign import BACKENDS, FAULTS, Outcome, run_fault, table
 from bench.scratch_db import scratch_postgres
 from gateway.locks import RedisLocks
 from gateway.store import upgrade_database
@@ -41,7 +50,7 @@ from tests.locks.conftest import PrivateRedis
 
 __all__ = ["main"]
 
-SCENARIOS = ("race", "redis-killed", "redis-hung", "redis-slow", "postgres-down", "disk-full")
+SCENARIOS = ("race", "redis-killed", "redis-hung", "redis-slow", "postgres-down", "disk-full", *FAULTS)
 CHATS = 20
 
 
@@ -200,9 +209,32 @@ GATEWAY_SCENARIOS: dict[str, Callable[[int, Path, float], Awaitable[Figures]]] =
     "race": _race, "redis-killed": _redis_killed, "postgres-down": _postgres_down, "disk-full": _disk_full}
 
 
-async def _campaign(only: Sequence[str], messages: int, outage: float, baseline: Path | None) -> int:
+async def _crashes(names: Sequence[str], backends: Sequence[str], late_after: float) -> int:
+    """Run the crash campaign's ``names`` on ``backends``; print its table; how many rows lost or doubled."""
+    rows: list[tuple[str, str, Outcome | str]] = []
+    postgres = os.environ.get("CONCORD_BENCH_POSTGRES_URL") or os.environ.get("CONCORD_TEST_POSTGRES_URL")
+    for name in names:
+        fault = FAULTS[name]
+        for backend in backends:
+            if backend not in fault.backends:
+                rows.append((name, backend, "n/a: " + ("no connection to lose" if backend == "sqlite" else "-")))
+                continue
+            print(f"-- {name} on {backend}: {fault.what}", flush=True)
+            try:
+                rows.append((name, backend, await run_fault(fault, backend, late_after, postgres)))
+            except (RuntimeError, TimeoutError) as exc:
+                rows.append((name, backend, f"not run: {exc}"))
+    print(table(rows), flush=True)
+    return sum(1 for *_, o in rows if isinstance(o, Outcome) and (o.lost or o.doubled))
+
+
+async def _campaign(only: Sequence[str], messages: int, outage: float, baseline: Path | None,
+                    backends: Sequence[str], late_after: float) -> int:
     failed = 0
+    crashes = [name for name in only if name in FAULTS]
     for name in only:
+        if name in FAULTS:
+            continue
         print(f"-- {name}", flush=True)
         try:
             if name == "redis-hung":
@@ -219,6 +251,8 @@ async def _campaign(only: Sequence[str], messages: int, outage: float, baseline:
         except RuntimeError as exc:
             print(f"   skipped: {exc}", flush=True)
             failed += 1
+    if crashes and await _crashes(crashes, backends, late_after):
+        return 1  # a message lost or doubled
     return 1 if failed == len(only) else 0
 
 
@@ -229,12 +263,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=600, help="messages per gateway in the race scenarios")
     parser.add_argument("--outage", type=float, default=30.0, help="seconds each outage lasts")
     parser.add_argument("--baseline", type=Path, default=None, help="another checkout to compare against")
+    parser.add_argument("--backends", default=",".join(BACKENDS), help="the crash campaign's backends")
+    parser.add_argument("--late-after", type=float, default=30.0,
+                        help="seconds after which an answer of the crash campaign counts as late")
     args = parser.parse_args(argv)
     only = [s for s in args.only.split(",") if s]
     unknown = sorted(set(only) - set(SCENARIOS))
     if unknown:
         parser.error(f"unknown scenario(s): {', '.join(unknown)} (have: {', '.join(SCENARIOS)})")
-    return asyncio.run(_campaign(only, args.messages, args.outage, args.baseline))
+    backends = [b for b in args.backends.split(",") if b]
+    if set(backends) - set(BACKENDS):
+        parser.error(f"unknown backend(s) (have: {', '.join(BACKENDS)})")
+    return asyncio.run(_campaign(only, args.messages, args.outage, args.baseline, backends, args.late_after))
 
 
 if __name__ == "__main__":

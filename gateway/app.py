@@ -345,7 +345,7 @@ class Gateway:
         for adapter in self.adapters:
             if isinstance(adapter, ConsoleAdapter):
                 adapter.on_interrupt = self.router.cancel
-            adapter.keep = self.inbox.keep
+            adapter.keep = self.inbox.keep if adapter.redelivers else self.inbox.keep_or_spool
             await adapter.start(partial(self.router.handle, adapter=adapter))
             self._started.append(adapter)
             log.info("adapter %s started", adapter.name)
@@ -440,6 +440,7 @@ class Gateway:
                 await adapter.stop()
         if self.health is not None:
             await self.health.aclose()
+        self.inbox.close()
         await _close_runtime(self.rt)
 
 

@@ -30,7 +30,9 @@ from gateway.stops import StopRelay
 
 __all__ = [
     "ADMIN_COMMANDS",
+    "CHANGING_COMMANDS",
     "COMMANDS",
+    "INTERRUPTED_COMMAND",
     "Command",
     "CommandContext",
     "StatusFigures",
@@ -69,7 +71,12 @@ ADMIN_COMMANDS = frozenset({"compress", "stats", "approve", "persona", "remember
 # /new resets a conversation everyone in a group shares, so there it is an admin command too.
 GROUP_ADMIN_COMMANDS = frozenset({"compress", "new", "stats", "approve", "persona", "remember", "pin", "unpin"})
 UNPIN_FLAG = "--unpin"
+# Commands that change something stored (or a memory file): each runs at most once per message, so a retry
+# after a crash in the middle of one says so instead of running it again.
+CHANGING_COMMANDS = frozenset({"compress", "new", "pin", "unpin", "approve", "remember"})
 
+INTERRUPTED_COMMAND = ("⚠️ /{name} was interrupted before it could answer (a restart or a storage outage) and "
+                       "may or may not have taken effect; check before sending it again.")
 NOTHING_TO_COMPRESS = "Nothing to compress: everything is already in the protected head and tail."
 REFUSAL = "Sorry, /{name} is for admins only."
 OPERATOR_REFUSAL = "Sorry, /stats is for the bot's operators (gateway.admins) only."
@@ -90,6 +97,11 @@ class Command:
     def known(self) -> bool:
         """Whether Concord implements this command."""
         return self.name in COMMANDS
+
+    @property
+    def changes_state(self) -> bool:
+        """Whether running it changes something stored (``/persona`` with text sets or drops the persona)."""
+        return self.name in CHANGING_COMMANDS or (self.name == "persona" and bool(self.args))
 
     def needs_admin(self, in_group: bool) -> bool:
         """Whether only admins may run it in this kind of chat."""

@@ -8,25 +8,28 @@ start-up and then periodically, on every worker — claims answers pending for l
 (recovered) or failed. Answers older than ``delivery.freshness_seconds`` are marked expired instead: a reply
 to a question asked hours ago would only confuse.
 
-A turn's answer (`Deliveries.new_answer`) is written by the transaction that stores the turn
-(`gateway.turns.TurnAnswer`), so the two are never stored one without the other.
-
-If the ledger itself cannot be written (database down), the answer is still sent: a reply the user sees
-matters more than its bookkeeping.
+Every answer to an inbound message is written with the message's handled mark, in the transaction that stores
+what handling it produced (`MarkedAnswer`): a turn's with the turn (`gateway.turns.TurnAnswer`), a command's or
+a refusal's with the mark alone. So an answer is never stored without its mark (the message would be handled
+again, and answered twice) nor a mark without its answer (the reply would be lost). A transaction whose COMMIT
+went through unseen (the connection lost inside it) is retried and finds the mark: the answer it stored is the
+one sent, never a second one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from adapters.base import Adapter, ChatRef, Outbound, SendError
 from gateway.metrics import Metrics
 from gateway.runtime import Runtime
-from gateway.store import NewAnswer, Store
+from gateway.store import AlreadyStored, Handled, NewAnswer, Store
 
-__all__ = ["Deliveries"]
+__all__ = ["Deliveries", "MarkedAnswer"]
 
 log = logging.getLogger(__name__)
 
@@ -50,15 +53,6 @@ class Deliveries:
         settings = rt.settings.delivery
         return cls(rt.store, rt.metrics, rt.worker_id, resend_after_s=settings.resend_after_seconds,
                    freshness_s=settings.freshness_seconds, keep_s=settings.keep_seconds, clock=rt.clock)
-
-    async def record(self, out: Outbound, session_id: str | None) -> int | None:
-        """Store ``out`` as pending; its id, or None when the ledger could not be written (logged)."""
-        try:
-            return await self.store.deliveries.record(self.new_answer(out, session_id), at=self.clock())
-        except Exception as exc:
-            log.warning("delivery ledger unavailable (%s); sending the answer without a record",
-                        type(exc).__name__)
-            return None
 
     def new_answer(self, out: Outbound, session_id: str | None) -> NewAnswer:
         """The ledger row of ``out``, for the transaction that stores its turn to write (`gateway.store.Handled`)."""
@@ -115,3 +109,45 @@ class Deliveries:
             log.info("delivery %d (session %s): answer recovered from worker %s and sent", delivery.id,
                      delivery.session_id, delivery.worker)
         return len(claimed)
+
+
+@dataclass
+class MarkedAnswer:
+    """The answer ``out`` to an inbound message (None: nothing to send), stored with the message's handled mark
+    ``handled`` by `write` — retried until stored, each attempt with a fresh ledger row (one whose transaction
+    failed rolled back with it, or committed unseen). ``delivery_id``: the ledger row to confirm once sent."""
+
+    handled: Handled
+    ledger: Deliveries
+    out: Outbound | None = None
+    delivery_id: int | None = None
+    # The ledger rows of this answer's failed transactions (each one rolled back, or committed unseen).
+    tried_ids: set[int] = dataclasses.field(default_factory=set, init=False, repr=False)
+
+    def marker(self, session_id: str | None) -> Handled:
+        """The mark for one attempt, carrying a fresh ledger row for the answer."""
+        answer = self.ledger.new_answer(self.out, session_id) if self.out is not None else None
+        return dataclasses.replace(self.handled, answer=answer)
+
+    async def write(self, session_id: str | None, store: Callable[[Handled], Awaitable[object]]) -> bool:
+        """Store the mark with ``store`` (one transaction, which carries it): True once stored now; False when
+        the message was marked handled already — by an earlier attempt of this answer whose COMMIT went through
+        unseen (its ledger row is then the one to confirm), or by another handling of the message (which
+        answers it: ``out`` becomes None, nothing is sent from here). Other errors propagate, to be retried."""
+        handled = self.marker(session_id)
+        try:
+            await store(handled)
+        except AlreadyStored as already:
+            answer_id = already.handling.answer_id
+            if answer_id is not None and answer_id in self.tried_ids:
+                self.delivery_id = answer_id
+            elif answer_id is not None or self.tried_ids:
+                self.out = None
+                log.warning("message %s was answered elsewhere meanwhile; this answer is not sent", handled.key)
+            return False
+        except Exception:
+            if handled.answer is not None and handled.answer.id is not None:
+                self.tried_ids.add(handled.answer.id)
+            raise
+        self.delivery_id = handled.answer.id if handled.answer is not None else None
+        return True

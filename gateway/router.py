@@ -5,10 +5,12 @@
             ─▶ unaddressed group line? observe: batch it into the session (gateway.observe), stop
             ─▶ busy mode (interrupt the sender's turn / collect a burst) ─▶ queue depth cap
             ─▶ arrival ticket ─▶ per-session FIFO ─▶ turn lock (and the ticket's turn)
-            ─▶ handled before? drop (de-dup) ─▶ load session (+ the group's pending lines)
-            ─▶ command? run it ─▶ store the reply (delivery ledger)
-            ─▶ else turn stored already? drop ─▶ rate limits / budgets ─▶ hygiene (R-G3)
-            ─▶ agent turn ─▶ persist: its messages, its answer, the message marked handled (one transaction)
+            ─▶ handled before? drop (de-dup) ─▶ load session (+ how far the message's handling got)
+            ─▶ stored already? drop ─▶ the group's pending lines
+            ─▶ command? run it (one that changes something: at most once) ─▶ store the reply with the mark
+            ─▶ else rate limits / budgets ─▶ hygiene (R-G3)
+            ─▶ agent turn (resumed, if a crashed attempt stored its request)
+            ─▶ persist: its messages, its answer, the message marked handled (one transaction)
             ─▶ mark the inbound id handled (Redis)
             ─▶ release lock ─▶ send the reply (or finish the live one) ─▶ mark it sent
 
@@ -22,7 +24,8 @@ the next message that addresses it.
 When the database is down, a message that meets the outage is held — it stays first in its session's queue
 and is retried with backoff (outside the turn lock) until storage is back, then answered; the session's later
 messages wait behind it in order. Past ``gateway.held_messages_per_session`` waiting messages, the next ones
-are answered plainly that the bot is unavailable instead of being queued without bound.
+are left to the inbox's recovery when they are kept (the inbox, the spool), and otherwise answered plainly that
+the bot is unavailable, instead of being queued without bound.
 
 De-duplication happens under the session's turn lock: two deliveries of one message (a Telegram update sent
 to two workers, a redelivery after a restart) belong to one session, so the second waits for the first and
@@ -41,7 +44,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections import Counter, OrderedDict, deque
+from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -53,11 +56,21 @@ from agent.turn import StopReason, TurnResult
 from gateway.access import AccessPolicy, Verdict, user_ref
 from gateway.arrivals import Turn
 from gateway.busy import Batch, RunningTurn, RunningTurns
-from gateway.commands import Command, CommandContext, is_admin, is_operator, run_command, stop_command
+from gateway.commands import (
+    INTERRUPTED_COMMAND,
+    Command,
+    CommandContext,
+    is_admin,
+    is_operator,
+    run_command,
+    stop_command,
+)
 from gateway.compaction import run_hygiene
 from gateway.continuity import with_note
-from gateway.delivery import Deliveries
+from gateway.delivery import Deliveries, MarkedAnswer
 from gateway.durability import backoff_delay, is_storage_outage
+from gateway.faults import crash_point
+from gateway.group_context import GroupContext
 from gateway.inbox import Inbox, inbound_key
 from gateway.keys import SessionKey, session_key
 from gateway.limits import RateLimiter, summaries_charged_to
@@ -72,7 +85,7 @@ from gateway.replies import cap_reply
 from gateway.session import LiveSession, SessionManager
 from gateway.turns import TurnAnswer, agent_turn
 
-__all__ = ["GroupContext", "Router"]
+__all__ = ["Router"]
 
 log = logging.getLogger(__name__)
 
@@ -90,38 +103,11 @@ INTERRUPTED_BY_NEW_TEXT = "⏹️ Interrupted by a newer message."
 TURN_POLL_S = 0.02
 # What the chain ends with: a text still to be stored in the ledger, or a turn's answer stored with the turn.
 Reply = str | tuple[Outbound, int | None]
+# A queued message: what to handle, where it came from, and its arrival ticket (None: taken over from a stopped
+# worker, it rejoins at the ticket being served when its turn in the lane comes).
+Queued = tuple[Inbound | Batch, Adapter, Turn | None]
 UNAVAILABLE_TEXT = ("⚠️ I'm unavailable right now (my storage is down) and cannot keep more messages. "
                     "Please send this again in a few minutes.")
-
-
-class GroupContext:
-    """Unaddressed group lines per session: the newest ``limit`` of each, at most ``max_chars`` in all (they go
-    in front of one question, and long chatter must not fill the model's window), for at most
-    ``max_sessions``."""
-
-    def __init__(self, limit: int, max_sessions: int = 10_000, max_chars: int = 16_000) -> None:
-        self.limit = limit
-        self.max_sessions = max_sessions
-        self.max_chars = max_chars
-        self._lines: OrderedDict[SessionKey, deque[str]] = OrderedDict()
-
-    def add(self, key: SessionKey, line: str) -> None:
-        """Keep ``line``; the oldest line of the session falls out past the limit."""
-        if self.limit <= 0:
-            return
-        lines = self._lines.get(key)
-        if lines is None:
-            lines = self._lines[key] = deque(maxlen=self.limit)
-        lines.append(line if len(line) <= self.max_chars else line[: self.max_chars - 1] + "…")
-        while len(lines) > 1 and sum(map(len, lines)) > self.max_chars:
-            lines.popleft()
-        self._lines.move_to_end(key)
-        while len(self._lines) > self.max_sessions:
-            self._lines.popitem(last=False)
-
-    def take(self, key: SessionKey) -> list[str]:
-        """The kept lines of ``key`` (oldest first), forgetting them."""
-        return list(self._lines.pop(key, ()))
 
 
 class Router:
@@ -138,11 +124,11 @@ class Router:
         self.context = GroupContext(self.settings.gateway.group_context_limit)
         self.deliveries = deliveries or Deliveries.for_runtime(rt)
         self.inbox = inbox or Inbox.for_runtime(rt)
-        self._queues: SessionQueues[SessionKey, tuple[Inbound | Batch, Adapter, Turn]] = \
+        self._queues: SessionQueues[SessionKey, Queued] = \
             SessionQueues(self._process_logged)
         # Messages taken over from a stopped worker queue in lanes of their own: a later message of the session
         # queued here first may be waiting for the very ticket one of them holds (`ArrivalOrder.rejoin`).
-        self._rejoined: SessionQueues[SessionKey, tuple[Inbound | Batch, Adapter, Turn]] = \
+        self._rejoined: SessionQueues[SessionKey, Queued] = \
             SessionQueues(self._process_logged)
         self.metrics.instruments.watch_queue(lambda: self._queues.depth + self._rejoined.depth)
         self.access = AccessPolicy.from_settings(self.settings)
@@ -188,14 +174,21 @@ class Router:
             return
         addressed = _addressed_anywhere(inbound)
         if not addressed and self.observing and key.is_group:
-            # Batched, no lock per line: a line is kept once, by whichever worker claims its id first.
-            if await self.sessions.rt.claims.claim(inbound_key(inbound), self.settings.gateway.dedupe_ttl_seconds):
-                self.observer.add(key, _observed_line(inbound), inbound.user_id)
-            else:
-                self.metrics.record_duplicate(inbound.platform)
+            # Batched, no lock per line; stored once, with its handled mark, by whichever write comes first. Done
+            # only once stored: until then the inbox (or the platform) still holds it.
+            stored = self.observer.add(key, _observed_line(inbound), inbound.user_id, self.inbox.marker(inbound, key))
+            crash_point("observed-queued")
+            await stored
+            self.inbox.release(inbound)
             return
         storage = self.sessions.rt.storage
         if storage.down and self._queues.pending(key) >= self.settings.gateway.held_messages_per_session:
+            if self.inbox.holds(inbound):
+                # Kept on disk already (inbox or spool): not held in memory too; the recovery hands it on again.
+                storage.throttle.warning("hold-full", "storage unavailable and %d messages already held for %s: "
+                                         "more are left to the inbox's recovery", self._queues.pending(key), key)
+                self.inbox.release(inbound)
+                return
             storage.throttle.warning("hold-full", "storage unavailable and %d messages already held for %s: "
                                      "answering that the bot is unavailable", self._queues.pending(key), key)
             if addressed:
@@ -252,10 +245,11 @@ class Router:
 
     async def _enqueue(self, key: SessionKey, item: Inbound | Batch, adapter: Adapter) -> None:
         """Draw the arrival ticket, then queue ``item`` behind the session's earlier messages in this worker; a
-        message taken over from a stopped worker rejoins at the ticket being served (most likely its own)."""
+        message taken over from a stopped worker rejoins, when its lane reaches it, at the ticket being served
+        then (most likely the one its worker drew for it): those taken over together keep their order."""
         arrivals = self.sessions.rt.arrivals
         if self.inbox.taken_over(item.first if isinstance(item, Batch) else item):
-            await self._rejoined.submit(key, (item, adapter, await arrivals.rejoin(str(key))))
+            await self._rejoined.submit(key, (item, adapter, None))
             return
         turn = await arrivals.arrive(str(key))
         await self._queues.submit(key, (item, adapter, turn))
@@ -290,13 +284,15 @@ class Router:
         await asyncio.gather(self._queues.aclose(grace_seconds), self._rejoined.aclose(grace_seconds))
         await self.observer.aclose()
 
-    async def _process_logged(self, key: SessionKey, item: tuple[Inbound | Batch, Adapter, Turn]) -> None:
+    async def _process_logged(self, key: SessionKey, item: Queued) -> None:
         # Every line logged while this message is handled names its session and platform.
         with log_context(session=str(key), platform=key.platform):
             await self._process(key, item)
 
-    async def _process(self, key: SessionKey, item: tuple[Inbound | Batch, Adapter, Turn]) -> None:
+    async def _process(self, key: SessionKey, item: Queued) -> None:
         queued, adapter, turn = item
+        if turn is None:  # taken over: its ticket is the one being served once the lane reaches it
+            turn = await self.sessions.rt.arrivals.rejoin(str(key))
         inbound = await queued.take(self.settings.gateway.collect_window_seconds) if isinstance(queued, Batch) \
             else queued
         storage = self.sessions.rt.storage
@@ -363,19 +359,27 @@ class Router:
             self._failures.error(f"turn:{type(exc).__name__}", "turn failed (%s): message %s in %s was "
                                  "answered with an apology", describe_cause(exc), inbound.message_id, key, exc=exc)
             replies = [FAILURE_TEXT]
-        live = self.sessions.cached(key)
         pending = []
         for reply in replies:
             if not isinstance(reply, str):
                 pending.append(reply)  # a turn's answer, stored with the turn
-                continue
-            out = Outbound.to(inbound, cap_reply(reply, self.settings.gateway.max_reply_chars))
-            pending.append((out, await self.deliveries.record(out, live.id if live else None)))
-        # Marked only once the answer is stored: a worker dying before this leaves the message to a
-        # redelivery (or the inbox); one dying after leaves the answer to the ledger's recovery.
+            elif (stored := await self._store_reply(key, inbound, reply)) is not None:
+                pending.append(stored)
+        # A message that produced no answer is marked now. A worker dying before its mark leaves the message to
+        # a redelivery (or the inbox); one dying after leaves its answer to the ledger's recovery.
         await self.inbox.settle(inbound)
+        crash_point("answer-stored")
         await rt.claims.claim(handled, self.settings.gateway.dedupe_ttl_seconds)
         return pending
+
+    async def _store_reply(self, key: SessionKey, inbound: Inbound, text: str) -> tuple[Outbound, int | None] | None:
+        """Store a reply that is no turn's answer (a command's, a refusal, the apology) with the message's handled
+        mark, and return it to send with its ledger row (None: another handling of the message answered it)."""
+        live = self.sessions.cached(key)
+        answer = MarkedAnswer(self.inbox.marker(inbound, key), self.deliveries,
+                              Outbound.to(inbound, cap_reply(text, self.settings.gateway.max_reply_chars)))
+        await self.inbox.answer(inbound, answer, live.id if live else None)
+        return (answer.out, answer.delivery_id) if answer.out is not None else None
 
     def _composer(self, inbound: Inbound, running: RunningTurn,
                   live: LiveSession) -> Callable[[TurnResult], Outbound | None]:
@@ -395,14 +399,23 @@ class Router:
     async def _chain(self, key: SessionKey, inbound: Inbound, adapter: Adapter) -> list[Reply]:
         command = Command.of(inbound)
         if key.is_group and not _addressed(inbound, command):
-            if self.observing:
-                self.observer.add(key, _observed_line(inbound), inbound.user_id)
+            if self.observing:  # under the lock already: stored, with its mark, now
+                self.observer.add(key, _observed_line(inbound), inbound.user_id, self.inbox.marker(inbound, key))
+                await self.observer.flush_locked(key)
+                self.inbox.release(inbound)
             else:
                 self.context.add(key, speaker_tag(inbound.user_name, inbound.text))
             return []
-        # One read: the session, the chat's pins, and whether this message's turn is stored already.
-        live, handled = await self.sessions.open_for_message(key, inbound.user_id, inbound_key(inbound))
+        # One read: the session, the chat's pins, and how far this message's handling got (stored already?).
+        live, handling = await self.sessions.open_for_message(key, inbound.user_id, inbound_key(inbound))
         bind_log_session(live.id)
+        if handling.handled:
+            # Its turn or reply was stored by a worker that died before the Redis mark: the answer is in the
+            # ledger, whose recovery sends it.
+            log.info("message %s in %s was handled already (its answer is stored); not run again",
+                     inbound.message_id, key)
+            self.metrics.record_duplicate(inbound.platform)
+            return []
         if self.observing and key.is_group:
             await self.observer.flush_locked(key, live)  # what the group said comes before the question
 
@@ -413,32 +426,33 @@ class Router:
         # Who may write which memory this turn (the bot-wide one: operators only).
         live.memory.set_author(Author(inbound.user_id, operator=is_operator(inbound, self.settings.gateway.admins)))
         if command is not None and (command.known or not key.is_group):
+            if command.changes_state and not await self.inbox.begin(inbound, key, handling):
+                return [INTERRUPTED_COMMAND.format(name=command.name)]
             ctx = CommandContext(self.sessions, live, inbound, admin, notices, self.events, self.limiter,
                                  self.pairing)
             reply, _ = await run_command(command, ctx)
+            if command.changes_state:
+                crash_point("command-applied")
             return [reply]
-        if handled:
-            # Its turn was stored by a worker that died before the Redis mark: the answer is in the ledger,
-            # whose recovery sends it.
-            log.info("message %s in %s was handled already (its turn is stored); not run again",
-                     inbound.message_id, key)
-            self.metrics.record_duplicate(inbound.platform)
-            return []
         if not admin and inbound.platform != "console":
             refusal = await self.limiter.admit(inbound)
             if refusal is not None:
                 return [refusal]
         stream = adapter.live_reply(inbound)
         async with self.running.track(key, inbound) as running:
-            answer = TurnAnswer(self.inbox.marker(inbound, key), self._composer(inbound, running, live),
-                                self.deliveries)
+            answer = TurnAnswer(self.inbox.marker(inbound, key), self.deliveries,
+                                compose=self._composer(inbound, running, live), progress=handling.progress)
+            # An earlier attempt that died after a compaction stored the request: the turn resumes from it.
+            request = None if handling.progress else self._user_message(key, live, inbound)
+            if request is None:
+                log.warning("message %s in %s: resuming its turn, whose request an earlier attempt stored",
+                            inbound.message_id, key)
             started, failed = time.perf_counter(), True
             try:
                 async with adapter.typing(inbound):
                     await run_hygiene(self.sessions, live, notices=notices, events=self.events)
-                    result = await agent_turn(self.sessions, live, self._user_message(key, live, inbound),
-                                              notices=notices, events=self.events, stream=stream,
-                                              on_start=running.attach, answer=answer)
+                    result = await agent_turn(self.sessions, live, request, notices=notices, events=self.events,
+                                              stream=stream, on_start=running.attach, answer=answer)
                 failed = result.stop_reason is StopReason.ERROR
             finally:
                 self.metrics.record_turn(time.perf_counter() - started, failed=failed)

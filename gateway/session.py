@@ -30,7 +30,7 @@ from gateway.pins import pin_tool, pins_block
 from gateway.prompt import build_system_prompt
 from gateway.recall import recall_tool
 from gateway.runtime import Runtime
-from gateway.store import CompactionInfo, EngineState, PinRecord, SessionRecord
+from gateway.store import CompactionInfo, EngineState, Handling, PinRecord, SessionRecord
 
 __all__ = ["END_IDLE", "END_NEW", "LiveSession", "SessionManager"]
 
@@ -123,9 +123,10 @@ class SessionManager:
         return (await self.open_for_message(key, user_id, None))[0]
 
     async def open_for_message(self, key: SessionKey, user_id: str | None,
-                               message_key: str | None) -> tuple[LiveSession, bool]:
-        """`open`, and whether the message ``message_key`` was marked handled in the store: the session row,
-        the chat's pins and that mark come from one read (the one before every turn)."""
+                               message_key: str | None) -> tuple[LiveSession, Handling]:
+        """`open`, and how far the handling of the message ``message_key`` got in the store (marked handled
+        already?): the session row, the chat's pins and that record come from one read (the one before every
+        turn)."""
         store = self.rt.store
         snapshot = await store.chat_snapshot(key.platform, key.chat_key, message_key=message_key)
         record, note = snapshot.session, None
@@ -136,7 +137,7 @@ class SessionManager:
         live = await self.attach(record, user_id, pins=snapshot.pins)
         if note:
             live.pending_note = note
-        return live, snapshot.handled
+        return live, snapshot.message
 
     async def attach(self, record: SessionRecord, user_id: str | None, *, remember: bool = True,
                      pins: tuple[PinRecord, ...] | None = None) -> LiveSession:

@@ -14,7 +14,13 @@ A turn's answer is stored with the turn (`TurnAnswer`): written to the delivery 
 inbound message marked handled — in the very transaction that appends the turn's messages.
 A worker that dies before that transaction leaves nothing (a retry runs the turn afresh); one that dies after
 it leaves the turn stored, the message marked handled and the answer pending: a retry finds the mark and does
-not run the turn again, and the ledger's recovery sends the answer, once.
+not run the turn again, and the ledger's recovery sends the answer, once. A retry of that transaction after a
+connection lost inside its COMMIT finds the mark too (`AlreadyStored`): the COMMIT went through, and the answer
+it stored is the one sent.
+
+A compaction inside the turn stores the turn's messages first (the request among them), as a progress step of
+the inbound message (`Progress`) in the same transaction. A worker that dies after that leaves the request
+stored: the retry resumes the turn from the stored session instead of storing the request a second time.
 """
 
 from __future__ import annotations
@@ -39,12 +45,13 @@ from agent.events import (
 )
 from agent.turn import Compaction, TurnResult
 from gateway.compaction import follow_stored, persist_compaction
-from gateway.delivery import Deliveries
+from gateway.delivery import MarkedAnswer
 from gateway.durability import is_storage_outage
 from gateway.engine_state import export_engine_state, restore_engine_state
+from gateway.faults import crash_point
 from gateway.metrics import EVENT_COMPRESS_ABORTED
 from gateway.session import LiveSession, SessionManager
-from gateway.store import EngineState, Handled, SessionEnded, StaleWatermark
+from gateway.store import AlreadyStored, EngineState, Handled, Progress, SessionEnded, StaleWatermark
 
 __all__ = ["TurnAnswer", "agent_turn", "persist_turn"]
 
@@ -53,33 +60,26 @@ log = logging.getLogger(__name__)
 REWRITE_REASON = "history rewritten by the agent"
 
 
-@dataclass
-class TurnAnswer:
-    """How a turn's end is stored (see the module docstring): ``handled`` marks the inbound message, and
-    ``compose`` makes the answer to send from the result (None: nothing to send). `agent_turn` fills in
-    ``out`` and, once the turn is stored, its ledger row ``delivery_id``."""
+@dataclass(kw_only=True)
+class TurnAnswer(MarkedAnswer):
+    """How a turn's end is stored (see the module docstring): `MarkedAnswer` with ``compose``, which makes the
+    answer to send from the result (None: nothing to send), and ``progress``, how many of the turn's messages
+    its earlier attempts stored ahead of its end (a compaction's steps). `agent_turn` fills in ``out`` and,
+    once the turn is stored, ``delivery_id``."""
 
-    handled: Handled
     compose: Callable[[TurnResult], Outbound | None]
-    ledger: Deliveries
-    out: Outbound | None = None
-    delivery_id: int | None = None
+    progress: int = 0
 
-    def marker(self, session_id: str) -> Handled:
-        """The mark to store with the turn, carrying its answer: a fresh row for every attempt (one whose
-        transaction failed rolled back with it)."""
-        answer = self.ledger.new_answer(self.out, session_id) if self.out is not None else None
-        return dataclasses.replace(self.handled, answer=answer)
-
-    def stored(self, handled: Handled) -> None:
-        """The turn was stored with ``handled``: its answer's row is the one to confirm."""
-        self.delivery_id = handled.answer.id if handled.answer is not None else None
+    def step(self, stored: int) -> Progress:
+        """The progress step that stores ``stored`` more of the turn's messages ahead of its end."""
+        return Progress(self.handled.key, self.handled.platform, self.handled.session_key, self.progress,
+                        self.progress + stored)
 
 
 async def agent_turn(
     sessions: SessionManager,
     live: LiveSession,
-    message: str | dict[str, Any],
+    message: str | dict[str, Any] | None,
     *,
     notices: NoticeSink | None = None,
     events: EventSink | None = None,
@@ -87,7 +87,8 @@ async def agent_turn(
     on_start: Callable[[asyncio.Task[TurnResult]], None] | None = None,
     answer: TurnAnswer | None = None,
 ) -> TurnResult:
-    """Run the agent on ``message`` and persist the outcome; the caller holds the session's turn lock.
+    """Run the agent on ``message`` and persist the outcome; the caller holds the session's turn lock. None
+    resumes a turn whose request an earlier attempt stored (``live`` holds it).
 
     With ``stream`` the model's answer is streamed to it as it arrives (and tool rounds show a status).
     ``on_start`` receives the task running the agent loop: cancelling it (``/stop``) ends the turn cleanly,
@@ -99,23 +100,26 @@ async def agent_turn(
 
     async def switch(compaction: Compaction) -> str:
         nonlocal saved
-        kept: list[dict[str, Any]] = []
-        try:
-            kept, in_order = await _store_unstored(sessions, live, list(compaction.replaced))
-            if not in_order:
-                # Another process wrote between the rows this compaction was computed from: storing it would
-                # archive that write unseen. The turn goes on with its compacted list; the next one compacts.
-                log.info("session %s changed during the turn; its compaction is not stored", live.id)
+        # The turn's messages are stored before the compaction (so it never holds the only copy of one): held
+        # through an outage, since what follows depends on whether they were.
+        kept, in_order = await guard.run(lambda: _store_unstored(sessions, live, list(compaction.replaced), answer),
+                                         f"the turn's messages in session {live.id} are held until they are stored")
+        if not in_order:
+            # Another process wrote between the rows this compaction was computed from: storing it would
+            # archive that write unseen. The turn goes on with its compacted list; the next one compacts.
+            log.info("session %s changed during the turn; its compaction is not stored", live.id)
+            if kept:
                 saved = compaction.appended
-                return live.id
+            return live.id
+        try:
             stored = await persist_compaction(sessions, live, compaction.result, f"agent: {compaction.trigger}")
         except Exception as exc:
             if not is_storage_outage(exc):
                 raise
             # The compacted list only shapes what the model sees for the rest of this turn; the turn's own
-            # messages are appended (with retries) at its end, so nothing depends on storing it now.
-            guard.failed(exc, f"the turn's compaction of session {live.id} is skipped and its messages")
-            if kept:  # already stored whole, and still in view
+            # messages are stored already, so nothing depends on storing it now.
+            guard.failed(exc, f"the turn's compaction of session {live.id} is skipped")
+            if kept:  # still in view
                 saved = compaction.appended
             return live.id
         # Stored whole before the compaction, the turn's messages count as saved while they are in view: also
@@ -145,19 +149,25 @@ async def agent_turn(
         answer.out = answer.compose(result)
 
     async def store() -> None:
-        handled = answer.marker(live.id) if answer is not None else None
-        await persist_turn(sessions, live, result, saved=saved, handled=handled)
-        if answer is not None and handled is not None:
-            answer.stored(handled)
+        if answer is None:
+            await persist_turn(sessions, live, result, saved=saved)
+        elif not await answer.write(live.id, lambda handled: persist_turn(sessions, live, result, saved=saved,
+                                                                          handled=handled)):
+            # Stored already (a COMMIT that went through unseen, or another handling): not stored twice.
+            log.warning("the turn of message %s in session %s was stored already; not stored again",
+                        answer.handled.key, live.id)
+            await guard.run(lambda: _reread(sessions, live), f"reloading session {live.id}")
 
     await guard.run(store, f"the turn of session {live.id} is held until it is stored")
     return result
 
 
-async def _store_unstored(sessions: SessionManager, live: LiveSession,
-                          replaced: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], bool]:
+async def _store_unstored(sessions: SessionManager, live: LiveSession, replaced: list[dict[str, Any]],
+                          answer: TurnAnswer | None) -> tuple[list[dict[str, Any]], bool]:
     """Append what this turn added before a compaction (the new message, tool results), so the compaction
-    archives it with the rest: a message it clips or summarizes stays stored whole and searchable.
+    archives it with the rest: a message it clips or summarizes stays stored whole and searchable. With
+    ``answer`` the append is a progress step of the inbound message, so a retry neither stores it twice
+    (`AlreadyStored`: it committed unseen) nor asks the request again (the retry resumes the turn).
 
     Returns the rows stored (none when nothing is new or the turn rewrote history: its end appends as usual)
     and whether the compaction may be stored: False when another process wrote in between (``live`` is
@@ -168,10 +178,24 @@ async def _store_unstored(sessions: SessionManager, live: LiveSession,
         return [], True
     new = replaced[len(stored):]
     rt = sessions.rt
+    step = answer.step(len(new)) if answer is not None else None
     try:
-        last = await rt.store.messages.append(live.id, new, [rt.counter.count_message(m) for m in new])
+        last = await rt.store.messages.append(live.id, new, [rt.counter.count_message(m) for m in new],
+                                              progress=step)
     except SessionEnded:
         return [], True
+    except AlreadyStored as already:
+        assert answer is not None and step is not None
+        await rt.storage.run(lambda: _reread(sessions, live), f"reloading session {live.id}")
+        if already.handling.handled or already.handling.progress != step.to:
+            log.warning("message %s was handled elsewhere meanwhile; this turn's messages are not stored ahead "
+                        "of its end", answer.handled.key)
+            return [], False
+        answer.progress = step.to  # stored by this attempt, whose COMMIT's answer was lost
+        return new, False
+    if answer is not None and step is not None:
+        answer.progress = step.to
+        crash_point("request-stored")
     if last == live.watermark + len(new):
         live.messages, live.watermark = stored + new, last
         live.stored(len(new))

@@ -5,6 +5,7 @@ The public surface is re-exported here; everything else in the package is an imp
 """
 
 from gateway.store.errors import (
+    AlreadyStored,
     CompactionNotFound,
     PinsFull,
     SessionEnded,
@@ -22,11 +23,13 @@ from gateway.store.records import (
     DeliveryRecord,
     EngineState,
     Handled,
+    Handling,
     InboxEntry,
     InboxRecord,
     MessageRecord,
     NewAnswer,
     PinRecord,
+    Progress,
     SearchHit,
     SessionRecord,
 )
@@ -34,6 +37,7 @@ from gateway.store.store import Store
 
 __all__ = [
     "ActiveSet",
+    "AlreadyStored",
     "ChatSnapshot",
     "CompactionInfo",
     "CompactionNotFound",
@@ -41,12 +45,14 @@ __all__ = [
     "DeliveryRecord",
     "EngineState",
     "Handled",
+    "Handling",
     "InboxEntry",
     "InboxRecord",
     "MessageRecord",
     "NewAnswer",
     "PinRecord",
     "PinsFull",
+    "Progress",
     "SearchHit",
     "SessionEnded",
     "SessionNotFound",

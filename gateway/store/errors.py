@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from gateway.store.records import Handling
+
 __all__ = [
+    "AlreadyStored",
     "CompactionNotFound",
     "SessionEnded",
     "SessionNotFound",
@@ -26,6 +29,16 @@ class SessionEnded(StoreError):
 
 class StaleWatermark(StoreError):
     """The active set changed under the caller (another compaction or a restore committed since it read)."""
+
+
+class AlreadyStored(StoreError):
+    """A step of handling an inbound message (its handled mark, a `Progress` step) is stored already — by an
+    earlier attempt, typically one whose COMMIT reached the database while the answer to it was lost. The
+    transaction that found it rolled back; ``handling`` is what is stored."""
+
+    def __init__(self, key: str, handling: Handling) -> None:
+        super().__init__(f"message {key}: already stored as {handling}")
+        self.handling = handling
 
 
 class CompactionNotFound(StoreError, LookupError):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from sqlalchemy import Connection, bindparam, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -20,9 +20,9 @@ from gateway.store._rows import (
 )
 from gateway.store.database import read, run_read, run_write
 from gateway.store.errors import SessionEnded, SessionNotFound
-from gateway.store.inbox import settle
+from gateway.store.inbox import advance, settle, settle_lines
 from gateway.store.models import MessageRow, SessionRow
-from gateway.store.records import ActiveSet, EngineState, Handled, MessageRecord
+from gateway.store.records import ActiveSet, EngineState, Handled, MessageRecord, Progress
 
 __all__ = ["MessageRepository"]
 
@@ -61,6 +61,14 @@ _STATE_IF_CURRENT = (update(SessionRow)
 _INSERT_MESSAGES = insert(MessageRow)
 
 
+def _closed(conn: Connection, session_id: str) -> NoReturn:
+    """Raise why an append found no open session ``session_id``: it ended, or never existed."""
+    exists = conn.execute(select(SessionRow.end_reason).where(SessionRow.id == session_id)).first()
+    if exists is None:
+        raise SessionNotFound(session_id)
+    raise SessionEnded(f"session {session_id} ended ({exists.end_reason})")
+
+
 class MessageRepository:
     """Appends and reads of a session's messages. Sequences only grow; rows are never deleted."""
 
@@ -69,7 +77,8 @@ class MessageRepository:
 
     async def append(self, session_id: str, messages: Sequence[Mapping[str, Any]],
                      token_counts: Sequence[int], *, engine_state: EngineState | None = None,
-                     state_watermark: int | None = None, handled: Handled | None = None) -> int:
+                     state_watermark: int | None = None, handled: Handled | None = None,
+                     progress: Progress | None = None) -> int:
         """Append messages (with their exact token counts) to the active set; return the last sequence.
 
         The counter update comes first: it takes the session's row lock, so appends and compactions of one
@@ -77,7 +86,9 @@ class MessageRepository:
         when given, is saved in the same transaction (one round trip per turn instead of two) — with
         ``state_watermark``, only if the active set was not replaced after that watermark was read (another
         process's compaction then wrote the state that goes with its summary; an older one must not replace it).
-        ``handled`` (a turn's inbound message and its answer) is settled in the same transaction.
+        ``handled`` (a turn's inbound message and its answer) is settled in the same transaction, and so is
+        ``progress`` (the turn's messages stored ahead of its end); either raises `AlreadyStored` when an
+        earlier attempt stored it, and then nothing is appended.
         """
         check_batch(messages, token_counts)
         at = utcnow()
@@ -90,17 +101,42 @@ class MessageRepository:
         def transaction(conn: Connection) -> int:
             last = conn.execute(bump, params).scalar_one_or_none()
             if last is None:
-                exists = conn.execute(select(SessionRow.end_reason).where(SessionRow.id == session_id)).first()
-                if exists is None:
-                    raise SessionNotFound(session_id)
-                raise SessionEnded(f"session {session_id} ended ({exists.end_reason})")
+                _closed(conn, session_id)
             if engine_state is not None and state_watermark is not None:
                 conn.execute(_STATE_IF_CURRENT, {**params, "watermark": state_watermark})
             if rows:
                 conn.execute(_INSERT_MESSAGES, message_values(session_id, last - len(rows) + 1, rows))
             if handled is not None:
                 settle(conn, handled, at)
+            if progress is not None:
+                advance(conn, progress, at)
             return int(last)
+
+        return await run_write(self._engine, transaction)
+
+    async def append_lines(self, session_id: str, lines: Sequence[tuple[Handled, Mapping[str, Any]]],
+                           token_counts: Sequence[int]) -> tuple[int, set[str]]:
+        """Append inbound messages that need no answer (observed group lines), each marked handled in the same
+        transaction; one an earlier write stored already (its mark is there) is left out. Returns the last
+        sequence and the keys of the lines appended now."""
+        check_batch([message for _, message in lines], token_counts)
+        at = utcnow()
+        rows = encoded_rows([message for _, message in lines], token_counts, at)
+
+        def transaction(conn: Connection) -> tuple[int, set[str]]:
+            marked = settle_lines(conn, [mark for mark, _ in lines], at)
+            fresh, new = set(marked), []
+            for (mark, _), row in zip(lines, rows, strict=True):
+                if mark.key in fresh:  # a line the batch holds twice is appended once
+                    fresh.remove(mark.key)
+                    new.append(row)
+            last = conn.execute(_BUMP, {"session_id": session_id, "added": len(new),
+                                        "tokens": sum(r.tokens for r in new), "at": at}).scalar_one_or_none()
+            if last is None:
+                _closed(conn, session_id)
+            if new:
+                conn.execute(_INSERT_MESSAGES, message_values(session_id, last - len(new) + 1, new))
+            return int(last), marked
 
         return await run_write(self._engine, transaction)
 

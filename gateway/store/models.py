@@ -181,7 +181,8 @@ class InboxRow(Base):
 
     ``payload`` is the serialized Inbound (None for a message recorded only once handled: its platform
     delivers it again by itself); ``claimed_by`` names the worker process that will handle it, which renews
-    ``claimed_at`` while it lives.
+    ``claimed_at`` while it lives. ``progress`` says how far its handling got before it was marked handled (see
+    `gateway.store.inbox`), ``answer_id`` is the ledger row of the answer stored with the handled mark.
     """
 
     __tablename__ = "inbox"
@@ -195,6 +196,8 @@ class InboxRow(Base):
     claimed_by: Mapped[str | None] = mapped_column(String(160))
     claimed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     handled_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    progress: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    answer_id: Mapped[int | None] = mapped_column(_BigId)
 
     __table_args__ = (
         UniqueConstraint("key", name="uq_inbox_key"),

@@ -256,10 +256,33 @@ class Handled:
 
 
 @dataclass(frozen=True, slots=True)
+class Progress:
+    """A step of handling the inbound message ``key`` stored in the transaction that does it: the message's
+    progress moves from ``start`` (what the step's attempt read) to ``to`` — or the transaction rolls back
+    with `AlreadyStored` when the progress is not ``start`` any more (an earlier attempt stored the step)."""
+
+    key: str
+    platform: str
+    session_key: str
+    start: int
+    to: int
+
+
+@dataclass(frozen=True, slots=True)
+class Handling:
+    """How far the handling of one inbound message got, as stored: marked handled (``answer_id``: the ledger
+    row of the answer stored with the mark), or ``progress`` steps made before that (see `gateway.store.inbox`)."""
+
+    handled: bool = False
+    progress: int = 0
+    answer_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ChatSnapshot:
     """What a message's turn reads first, in one transaction: the chat's open session (None: none is open),
-    its pins, and whether the message itself was marked handled already."""
+    its pins, and how far the handling of the message itself got (marked handled already?)."""
 
     session: SessionRecord | None
     pins: tuple[PinRecord, ...]
-    handled: bool
+    message: Handling

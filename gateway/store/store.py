@@ -9,11 +9,11 @@ from gateway.store.chat_settings import ChatSettingsRepository
 from gateway.store.compaction import CompactionRepository
 from gateway.store.database import create_engine, dispose_engine, read, run_read
 from gateway.store.deliveries import DeliveryRepository
-from gateway.store.inbox import InboxRepository, is_handled
+from gateway.store.inbox import InboxRepository, handling
 from gateway.store.messages import MessageRepository
 from gateway.store.migrate import upgrade_database
 from gateway.store.pins import PinRepository, chat_pins
-from gateway.store.records import ChatSnapshot
+from gateway.store.records import ChatSnapshot, Handling
 from gateway.store.search import MessageSearch
 from gateway.store.sessions import SessionRepository, active_session
 
@@ -56,12 +56,13 @@ class Store:
         return self.engine.dialect.name
 
     async def chat_snapshot(self, platform: str, chat_key: str, *, message_key: str | None = None) -> ChatSnapshot:
-        """The chat's open session, its pins and whether ``message_key`` was handled, in one read transaction:
-        the one read before every message's turn (one round trip on SQLite, one BEGIN on PostgreSQL)."""
+        """The chat's open session, its pins and how far the handling of ``message_key`` got, in one read
+        transaction: the one read before every message's turn (one round trip on SQLite, one BEGIN on
+        PostgreSQL)."""
 
         def snapshot(conn: Connection) -> ChatSnapshot:
             return ChatSnapshot(active_session(conn, platform, chat_key), tuple(chat_pins(conn, platform, chat_key)),
-                                message_key is not None and is_handled(conn, message_key))
+                                handling(conn, message_key) if message_key is not None else Handling())
 
         return await run_read(self.engine, snapshot)
 

@@ -105,38 +105,85 @@ async def test_an_inbox_that_fails_keeps_the_offset_until_it_works_again(
         await adapter.stop()
 
 
-async def test_past_the_bound_an_unkept_batch_is_confirmed_with_one_line(
-        fake_telegram: FakeTelegram, telegram_settings: TelegramSettings, caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_long_outage_keeps_the_update_at_telegram_and_polling_waits(
+        fake_telegram: FakeTelegram, telegram_settings: TelegramSettings) -> None:
+    # Never confirmed while it is kept nowhere: no bound after which it would be held in memory only.
     adapter = TelegramAdapter(replace(telegram_settings))
-    adapter.handoff.max_wait_s = 1.5
+    down = asyncio.Event()
+    down.set()
+    attempts: list[int] = []
 
     async def keep(batch: Sequence[Inbound]) -> None:
-        raise ConnectionRefusedError("database down")
+        attempts.append(len(batch))
+        if down.is_set():
+            raise ConnectionRefusedError("database down")
 
     adapter.keep = keep
     inbox = Inbox()
-    fake_telegram.inject_message("held in memory")
-    caplog.set_level(logging.WARNING, logger="adapters.telegram_adapter")
+    fake_telegram.inject_message("during the outage")
     await adapter.start(inbox)
     try:
-        await inbox.wait_for(1, within_s=10)
-        fake_telegram.inject_message("fetched after")
-        await inbox.wait_for(2, within_s=10)  # polling went on
+        await asyncio.sleep(6.0)
+        assert len(attempts) >= 4 and inbox.messages == []
+        fake_telegram.inject_message("sent meanwhile")  # not fetched: polling waits for the first batch
+        assert [u["message"]["text"] for u in fake_telegram._updates] == ["during the outage", "sent meanwhile"]
+        down.clear()
+        await inbox.wait_for(2, within_s=10)
+        assert [m.text for m in inbox.messages] == ["during the outage", "sent meanwhile"]
         assert await _confirmed(fake_telegram)
-        lines = [r.getMessage() for r in caplog.records if "without a record" in r.getMessage()]
-        assert len(lines) == 2 and "1 message(s)" in lines[0] and "database down" in lines[0]
     finally:
         await adapter.stop()
 
 
-async def test_a_handler_that_never_returns_does_not_stop_polling() -> None:
-    handoff = UpdateHandOff(max_wait_s=0.2)
+async def test_a_batch_unkept_when_polling_stops_is_held_back_and_fetched_again(
+        fake_telegram: FakeTelegram, telegram_settings: TelegramSettings, caplog: pytest.LogCaptureFixture) -> None:
+    # The polling lease lost (or a shutdown) in the middle of an outage: the batch is neither handed on nor
+    # confirmed — PTB's closing getUpdates and the next poll ask from it again.
+    adapter = TelegramAdapter(replace(telegram_settings, poll_on_start=False))
+    down = asyncio.Event()
+    down.set()
+
+    async def keep(batch: Sequence[Inbound]) -> None:
+        if down.is_set():
+            raise ConnectionRefusedError("database down")
+
+    adapter.keep = keep
+    inbox = Inbox()
+    fake_telegram.inject_message("kept nowhere yet")
+    caplog.set_level(logging.WARNING, logger="adapters.telegram_adapter")
+    await adapter.start(inbox)
+    try:
+        await adapter.start_polling()
+        for _ in range(100):
+            if adapter.handoff.open:
+                break
+            await asyncio.sleep(0.05)
+        await adapter.stop_polling()
+        assert adapter.handoff.held_back == 1 and inbox.messages == []
+        assert [u["message"]["text"] for u in fake_telegram._updates] == ["kept nowhere yet"]  # not confirmed
+        assert "polling stopped; not confirmed" in caplog.text
+        down.clear()
+        fake_telegram.inject_message("after")
+        await adapter.start_polling()
+        await inbox.wait_for(2, within_s=10)
+        assert [m.text for m in inbox.messages] == ["kept nowhere yet", "after"]
+        assert await _confirmed(fake_telegram)
+        assert adapter.handoff.held_back == 0
+    finally:
+        await adapter.stop()
+
+
+async def test_a_handler_that_never_returns_does_not_stop_polling_nor_confirm_its_update() -> None:
+    handoff = UpdateHandOff(read_timeout_s=0.2)
     handoff.fetched([7, 8])
     assert handoff.read(7, None) is None  # 8 is still being read
-    await asyncio.wait_for(handoff.wait(), 2.0)  # gives up on 8 after the bound
-    assert handoff.open == 0
-    late = handoff.read(8, None)  # its batch was given up on: it is settled alone
+    await asyncio.wait_for(handoff.wait(), 2.0)  # gives up waiting for 8 after the bound
+    assert handoff.open == 0 and handoff.held_back == 2
+    assert handoff.confine(9) == 7  # the next getUpdates asks from 7 again
+    late = handoff.read(8, None)  # its batch was held back: it is settled alone
     assert late is not None and late.ids == (8,)
+    handoff.resent()
+    assert handoff.confine(9) == 9
 
 
 async def test_polling_stopped_and_started_again_does_not_wait_for_what_its_stop_fetched(

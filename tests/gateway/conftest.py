@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -34,11 +34,12 @@ class ScriptedAdapter(Adapter):
     name = "discord"
     limit = 2000
 
-    def __init__(self) -> None:
+    def __init__(self, ids: Iterator[int] | None = None) -> None:
         super().__init__()
         self.sent: list[tuple[ChatRef, str, str | None]] = []
         self.typing_count = 0
-        self._ids = itertools.count(1)
+        # A platform never reuses a message id: the adapters of one test (a gateway and its restart) share ids.
+        self._ids = ids or itertools.count(1)
 
     async def start(self, on_message: InboundHandler) -> None:
         self._handler = on_message
@@ -72,6 +73,11 @@ class ScriptedAdapter(Adapter):
         assert self._handler is not None
         await self._handler(self.inbound(text, **kw))
 
+    def post(self, text: str, **kw: Any) -> None:
+        """Deliver one message as a platform does, its handling in a task of its own (an observed group line
+        is done only once its batch is stored)."""
+        self._dispatch(self.inbound(text, **kw))
+
     def texts(self, chat_id: str | None = None) -> list[str]:
         return [t for chat, t, _ in self.sent if chat_id is None or chat.chat_id == chat_id]
 
@@ -95,11 +101,12 @@ GatewayFactory = Callable[..., Awaitable[tuple[Gateway, ScriptedAdapter]]]
 async def gateway_factory(fake_llm: FakeLLMServer, tmp_path: Path) -> AsyncIterator[GatewayFactory]:  # noqa: F811
     """Build and start a gateway with one scripted adapter; everything is closed after the test."""
     built: list[Gateway] = []
+    ids = itertools.count(1)
 
     async def make(clock: Callable[[], datetime] | None = None,
                    **sections: dict[str, Any]) -> tuple[Gateway, ScriptedAdapter]:
         settings = make_settings(fake_llm, tmp_path, **sections)
-        adapter = ScriptedAdapter()
+        adapter = ScriptedAdapter(ids)
         runtime = await build_runtime(settings, clock=clock) if clock else await build_runtime(settings)
         gateway = Gateway(runtime, [adapter])
         await gateway.start()

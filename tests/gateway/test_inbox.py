@@ -8,6 +8,8 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from sqlalchemy.exc import OperationalError
+
 from adapters.base import Attachment
 from gateway.app import Gateway, build_runtime
 from gateway.inbox import decode, encode, inbound_key
@@ -85,3 +87,57 @@ async def test_a_retry_of_a_stored_turn_is_not_run_again(fake_llm: FakeLLMServer
     finally:
         await second.aclose(grace_seconds=5)
         await first.aclose(grace_seconds=5)
+
+
+async def test_a_message_spooled_while_the_database_is_down_is_answered_by_the_next_worker(
+        fake_llm: FakeLLMServer, tmp_path: Path) -> None:
+    # Discord never sends a message twice: one the inbox cannot take goes to the worker's spool on disk, and a
+    # worker that stops before the database is back leaves it there for the next one (tests/scale: SIGKILL).
+    settings = make_settings(fake_llm, tmp_path, inbox={"stale_after_seconds": 5})
+    answer_by_kind(fake_llm, "answered after all")
+    first_adapter = ScriptedAdapter()
+    first_adapter.redelivers = False
+    first = Gateway(await build_runtime(settings), [first_adapter])
+    await first.start()
+    down = OperationalError("INSERT INTO inbox", {}, ConnectionRefusedError(111, "Connection refused"))
+
+    async def database_down(*args: object, **kwargs: object) -> int:
+        raise down
+
+    first.rt.store.inbox.keep = database_down  # type: ignore[method-assign]
+    lost = first_adapter.inbound("asked during the outage")
+    assert first_adapter.keep is not None
+    await first_adapter.keep([lost])  # spooled: the adapter may hand it on now
+    assert first.inbox.spool is not None and first.inbox.spool.pending == 1
+    first.inbox.close()  # the worker is gone before it could handle it
+    await first.aclose(grace_seconds=1)
+
+    second_adapter = ScriptedAdapter()
+    second = Gateway(await build_runtime(settings), [second_adapter])
+    await second.start()  # its recovery moves the spool into the inbox and takes the message over
+    try:
+        await second_adapter._drain(10)
+        assert second_adapter.sent == [(lost.chat, "answered after all", lost.message_id)]
+        row = await second.rt.store.inbox.get(inbound_key(lost))
+        assert row is not None and row.handled_at is not None
+        assert list((tmp_path / "spool").glob("*.jsonl")) == []
+    finally:
+        await second.aclose(grace_seconds=5)
+
+
+async def test_while_the_database_fails_the_next_messages_go_to_the_spool_at_once(
+        gateway_factory: GatewayFactory) -> None:
+    gateway, adapter = await gateway_factory()
+    tried: list[int] = []
+
+    async def database_down(entries: object, *args: object, **kwargs: object) -> int:
+        tried.append(1)
+        raise OperationalError("INSERT INTO inbox", {}, ConnectionRefusedError(111, "Connection refused"))
+
+    gateway.rt.store.inbox.keep = database_down  # type: ignore[method-assign]
+    first, second = adapter.inbound("one"), adapter.inbound("two")
+    await gateway.inbox.keep_or_spool([first])
+    await gateway.inbox.keep_or_spool([second])
+    assert len(tried) == 1  # the second did not wait for the database first
+    assert gateway.inbox.spool is not None and gateway.inbox.spool.pending == 2
+    assert gateway.inbox.holds(first) and gateway.inbox.holds(second)

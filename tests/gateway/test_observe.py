@@ -28,13 +28,14 @@ async def test_lines_are_stored_in_batches_and_survive_a_restart(gateway_factory
     gateway, adapter = await gateway_factory()
     gateway.router.observer.flush_seconds = 0.2
     for i in range(40):
-        await adapter.say(f"line {i} about {TOPICS[i % len(TOPICS)]}", user_name=NAMES[i % 5], **GROUP)
+        adapter.post(f"line {i} about {TOPICS[i % len(TOPICS)]}", user_name=NAMES[i % 5], **GROUP)
     observer = gateway.router.observer
-    await _until(lambda: observer.batches_written >= 1 and not observer._pending)
+    await _until(lambda: observer.batches_written >= 1 and not observer._pending and not adapter._tasks)
     record = await gateway.rt.store.sessions.get_active("discord", "group:g1")
     assert record is not None and record.message_count == 40
     assert gateway.router.observer.batches_written <= 3  # one transaction per batch, not per line
-    await adapter.say("late line, written at shutdown", user_name="Bob", **GROUP)
+    adapter.post("late line, written at shutdown", user_name="Bob", **GROUP)
+    await asyncio.sleep(0)  # taken, its batch not written yet
     await gateway.aclose()
 
     fake_llm.reply("you talked about lunch")
@@ -72,7 +73,7 @@ async def test_a_night_of_chatter_is_compacted_before_the_next_mention(gateway_f
     observer.flush_seconds = 0.3
     for i in range(6000):
         text = "we decide: ship v2 on Friday, final" if i == 1234 else f"msg {i}: {TOPICS[i % len(TOPICS)]} again"
-        await adapter.say(text, user_name=NAMES[i % 5], **GROUP)
+        adapter.post(text, user_name=NAMES[i % 5], **GROUP)
         if i % 1500 == 1499:  # the night goes on: what was said so far is written while people keep talking
             written = (i + 1) // 1500
             await _until(lambda written=written: observer.batches_written == written, within_s=30)
@@ -102,17 +103,17 @@ async def test_a_failed_write_keeps_the_batch_and_retries_it(gateway_factory: Ga
     observer = gateway.router.observer
     observer.flush_seconds = 0.1
     store = gateway.rt.store.messages
-    real_append, failures = store.append, [1]
+    real_append, failures = store.append_lines, [1]
 
-    async def flaky_append(*args: Any, **kwargs: Any) -> int:
+    async def flaky_append(*args: Any, **kwargs: Any) -> tuple[int, set[str]]:
         if failures:
             failures.pop()
             raise OSError("disk unavailable")
         return await real_append(*args, **kwargs)
 
-    store.append = flaky_append  # type: ignore[method-assign]
+    store.append_lines = flaky_append  # type: ignore[method-assign]
     for i in range(5):
-        await adapter.say(f"line {i}", user_name="Bob", **GROUP)
+        adapter.post(f"line {i}", user_name="Bob", **GROUP)
     await _until(lambda: observer.batches_written == 1, within_s=5)
     record = await gateway.rt.store.sessions.get_active("discord", "group:g1")
     assert record is not None and record.message_count == 5

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.store import Handled, PinsFull, Store
+from gateway.store import Handled, Handling, PinsFull, Store
 from tests.store.conftest import assistant, user
 
 
@@ -58,13 +58,14 @@ async def test_rotation_numbers_the_child_on_from_the_parent(store: Store) -> No
 
 async def test_the_chat_snapshot_reads_session_pins_and_handled_mark_together(store: Store) -> None:
     empty = await store.chat_snapshot("discord", "dm:snap", message_key="inbound:discord:dm:snap::1")
-    assert (empty.session, empty.pins, empty.handled) == (None, (), False)
+    assert (empty.session, empty.pins, empty.message) == (None, (), Handling())
     record = await store.sessions.get_or_create_active("discord", "dm:snap")
     await store.pins.add("discord", "dm:snap", "answer in UTC", 4, max_count=10, max_tokens=100)
     await store.inbox.mark_handled(Handled(key="inbound:discord:dm:snap::1", platform="discord",
                                            session_key="discord:dm:snap"))
     snapshot = await store.chat_snapshot("discord", "dm:snap", message_key="inbound:discord:dm:snap::1")
     assert snapshot.session is not None and snapshot.session.id == record.id
-    assert [p.text for p in snapshot.pins] == ["answer in UTC"] and snapshot.handled
-    assert not (await store.chat_snapshot("discord", "dm:snap", message_key="inbound:discord:dm:snap::2")).handled
-    assert not (await store.chat_snapshot("discord", "dm:snap")).handled
+    assert [p.text for p in snapshot.pins] == ["answer in UTC"] and snapshot.message.handled
+    other = await store.chat_snapshot("discord", "dm:snap", message_key="inbound:discord:dm:snap::2")
+    assert not other.message.handled
+    assert not (await store.chat_snapshot("discord", "dm:snap")).message.handled
