@@ -26,6 +26,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.locks import fail_fast_client
+from gateway.logthrottle import LogThrottle, describe_cause
 
 __all__ = ["Bucket", "InProcessLimits", "LimitBackend", "RedisLimits"]
 
@@ -151,6 +152,8 @@ class RedisLimits(LimitBackend):
         self._prefix = prefix
         self._take = client.register_script(_TAKE)
         self._closed = False
+        # Through an outage every message fails the same way: one line per kind of failure, repeats counted.
+        self._warn = LogThrottle(log)
 
     @classmethod
     def from_url(cls, url: str, *, prefix: str = "concord:limits:") -> RedisLimits:
@@ -171,7 +174,8 @@ class RedisLimits(LimitBackend):
         try:
             result = await self._take(keys=keys, args=[b.per_minute for b in buckets])
         except RedisError as exc:
-            log.warning("rate limits unavailable (%s); allowing the message", type(exc).__name__)
+            self._warn.warning(f"take:{type(exc).__name__}", "rate limits unavailable (%s); allowing the message",
+                               describe_cause(exc))
             return None
         if not result:
             return None
@@ -190,7 +194,8 @@ class RedisLimits(LimitBackend):
         try:
             values = await self._client.mget(keys)
         except RedisError as exc:
-            log.warning("token budgets unavailable (%s); not enforced for this message", type(exc).__name__)
+            self._warn.warning(f"spent:{type(exc).__name__}", "token budgets unavailable (%s); not enforced for "
+                               "this message", describe_cause(exc))
             return [0] * len(keys)
         return [int(v) if v is not None else 0 for v in values]
 
@@ -206,13 +211,14 @@ class RedisLimits(LimitBackend):
                 pipe.expire(self._top_key(day), _DAY_TTL_SECONDS)
                 await pipe.execute()
         except RedisError as exc:
-            log.warning("could not count %d tokens (%s); they go unbudgeted", tokens, type(exc).__name__)
+            self._warn.warning(f"add:{type(exc).__name__}", "could not count %d tokens (%s); they go unbudgeted",
+                               tokens, describe_cause(exc))
 
     async def top(self, day: str, count: int) -> list[tuple[str, int]]:
         try:
             rows = await self._client.zrevrange(self._top_key(day), 0, count - 1, withscores=True)
         except RedisError as exc:
-            log.warning("top spenders unavailable (%s)", type(exc).__name__)
+            self._warn.warning(f"top:{type(exc).__name__}", "top spenders unavailable (%s)", describe_cause(exc))
             return []
         return [(member.decode() if isinstance(member, bytes) else str(member), int(score)) for member, score in rows]
 
