@@ -10,7 +10,11 @@ README reports.
 * redis-hung / redis-slow — 20 chats taking turn locks while a private Redis is SIGSTOPped for ``--outage``
   seconds, or slowed with ``DEBUG SLEEP 2``; then how long each chat waits for its lock once Redis is back;
 * postgres-down — two gateways while a private PostgreSQL is stopped for ``--outage`` seconds;
-* disk-full — one gateway while the tmpfs under its SQLite file is full for ``--outage`` seconds.
+* disk-full — one gateway while the tmpfs under its SQLite file is full for ``--outage`` seconds;
+* redis-polling — `bench.redis_campaign`'s Telegram polling traffic (20 chats, 10 messages/s) through Redis
+  killed, hung, slowed by ``DEBUG SLEEP 0.3`` and ``DEBUG SLEEP 2``, with one and with two real workers on
+  PostgreSQL: per fault, messages answered once, twice or never, turned away, and the longest wait after
+  Redis was back (with ``--baseline``, the other checkout's table too).
 
 The crash campaign (`bench.crash_campaign`, issue 30) kills workers where a message used to be lost or doubled —
 inbox-kept, request-stored, command-applied, answer-stored, observed-queued (SIGKILL at those crash points),
@@ -41,6 +45,7 @@ from pathlib import Path
 from redis import Redis as SyncRedis
 
 from bench.crash_campaign import BACKENDS, FAULTS, Outcome, run_fault, table
+from bench.redis_campaign import Campaign, run_campaign
 from bench.scratch_db import scratch_postgres
 from gateway.locks import RedisLocks
 from gateway.store import upgrade_database
@@ -50,7 +55,8 @@ from tests.locks.conftest import PrivateRedis
 
 __all__ = ["main"]
 
-SCENARIOS = ("race", "redis-killed", "redis-hung", "redis-slow", "postgres-down", "disk-full", *FAULTS)
+SCENARIOS = ("race", "redis-killed", "redis-hung", "redis-slow", "redis-polling", "postgres-down", "disk-full",
+             *FAULTS)
 CHATS = 20
 
 
@@ -228,6 +234,22 @@ async def _crashes(names: Sequence[str], backends: Sequence[str], late_after: fl
     return sum(1 for *_, o in rows if isinstance(o, Outcome) and (o.lost or o.doubled))
 
 
+async def _redis_polling(baseline: Path | None) -> int:
+    """`bench.redis_campaign` with one and two workers (and from ``baseline``); 1 if a message went astray."""
+    astray = 0
+    for workers in (1, 2):
+        for label, repo in (("this checkout", REPO), ("baseline", baseline)):
+            if repo is None:
+                continue
+            with tempfile.TemporaryDirectory(prefix="concord-redis-polling-") as name:
+                figures, problems = await run_campaign(Campaign(workers, repo=repo), _postgres(), Path(name))
+            print(f"   {label}, {workers} worker(s):", flush=True)
+            for row in figures:
+                print(f"     {row.line()}", flush=True)
+            astray += label == "this checkout" and bool(problems or any(r.never or r.twice for r in figures))
+    return int(astray > 0)
+
+
 async def _campaign(only: Sequence[str], messages: int, outage: float, baseline: Path | None,
                     backends: Sequence[str], late_after: float) -> int:
     failed = 0
@@ -242,6 +264,9 @@ async def _campaign(only: Sequence[str], messages: int, outage: float, baseline:
                 continue
             if name == "redis-slow":
                 print(f"   {await _redis_slow(outage)}", flush=True)
+                continue
+            if name == "redis-polling":
+                failed += await _redis_polling(baseline)
                 continue
             for label, repo in (("this checkout", REPO), ("baseline", baseline)):
                 if repo is None:
