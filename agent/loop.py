@@ -21,6 +21,7 @@ from typing import Any
 
 from agent.compaction_steps import after_compaction, before_compaction, compress_with_progress
 from agent.compression.engine import CompressionResult, ContextEngine
+from agent.compression.threshold import output_reserve
 from agent.events import (
     EVENT_LLM_RESPONSE,
     EVENT_TOOL_RESULT,
@@ -37,8 +38,9 @@ from agent.events import (
     tool_status,
 )
 from agent.llm.base import Completion, Provider, Usage
-from agent.llm.errors import LLMError
+from agent.llm.errors import ContextOverflow, LLMError
 from agent.llm.images import ashrink_images_in_messages
+from agent.llm.window import LEARNED_OVERFLOW, LEARNED_TRUNCATION, ServedWindow, TruncationWatch
 from agent.memory import MemoryProvider
 from agent.recovery import Action, budget_spent_text, no_output_room_text, plan_recovery, still_too_large_text
 from agent.storable import storable, storable_text
@@ -123,6 +125,7 @@ class AgentLoop:
         counter: TokenCounter | None = None,
         config: LoopConfig | None = None,
         temperature: float | None = None,
+        window: ServedWindow | None = None,
     ) -> None:
         self.provider = provider
         self.engine = engine
@@ -130,6 +133,7 @@ class AgentLoop:
         self.session_id = session_id
         self.tools = tools if tools is not None else ToolRegistry()
         self.memory = memory
+        # The configured cap of an answer; None: a share of the engine's window (`output_reserve`).
         self.max_tokens = max_tokens
         self.model = model
         self.notices = notices
@@ -138,6 +142,9 @@ class AgentLoop:
         self.counter = counter or get_counter()
         self.config = config or LoopConfig()
         self.temperature = temperature
+        # The model's served window, shared with every session on it: what a server states is learned there.
+        self.window = window
+        self._truncation = TruncationWatch()
         # Set by the owner for one turn to stream it (like ``notices``); None: plain requests.
         self.stream: TurnStream | None = None
         self._anchor: FitAnchor | None = None
@@ -158,7 +165,7 @@ class AgentLoop:
         Cancelling the task mid-turn ends the turn with ``StopReason.CANCELLED`` and a consistent list:
         every tool call the model made has a result (a stub for the ones that did not finish).
         """
-        turn = _Turn([dict(m) for m in messages], self.max_tokens)
+        turn = _Turn([dict(m) for m in messages], self._output_reserve())
         if token_counts is not None:
             self._ledger.seed(turn.messages, token_counts)
         turn.append(user_message(message))
@@ -290,7 +297,7 @@ class AgentLoop:
                 continue
             self._failed_recoveries = 0
             turn.partial = ""
-            self._record_usage(turn, completion, sent)
+            await self._record_usage(turn, completion, sent, schemas)
             await emit_event(self.events, AgentEvent(EVENT_LLM_RESPONSE, self.session_id, {
                 "usage": completion.usage, "finish_reason": completion.finish_reason, "model": completion.model,
                 "seconds": time.perf_counter() - started}))
@@ -308,14 +315,35 @@ class AgentLoop:
 
         return {"stream": True, "on_text": progress}
 
-    def _record_usage(self, turn: _Turn, completion: Completion, sent: list[dict[str, Any]]) -> None:
+    def _output_reserve(self) -> int | None:
+        """``max_tokens`` for this turn's calls: the configured cap, else a share of the current window."""
+        return output_reserve(self.max_tokens, self.engine.context_length or 0)
+
+    async def _record_usage(self, turn: _Turn, completion: Completion, sent: list[dict[str, Any]],
+                            schemas: list[dict[str, Any]]) -> None:
         usage = completion.usage
         turn.usage.append(usage)
+        # A server that truncates silently (Ollama past num_ctx) says so only through its usage figures; the
+        # exact count is taken only for a report that could be one.
+        watch = self._truncation
+        sent_tokens = self._exact_request_tokens(sent, schemas) if watch.plausible(usage.prompt_tokens) else 0
+        if (served := watch.observe(sent_tokens, usage.prompt_tokens)) is not None:
+            await self._learn_window(turn, served, LEARNED_TRUNCATION)
         self.engine.update_from_response(usage)
         if 0 < usage.prompt_tokens < self.engine.threshold_tokens:
             self._anchor = FitAnchor.of(usage.prompt_tokens, sent, self.system_prompt)
         elif usage.prompt_tokens:
             self._anchor = None
+
+    async def _learn_window(self, turn: _Turn, tokens: int, source: str) -> None:
+        """The server serves ``tokens``: this session's engine, every session on the model (``window``, kept
+        across restarts) and this turn's ``max_tokens`` follow."""
+        _lower_context_length(self.engine, tokens)
+        if self.window is not None:
+            await self.window.learn(tokens, source)
+        reserve = self._output_reserve()
+        if reserve is not None and (turn.max_tokens is None or reserve < turn.max_tokens):
+            turn.max_tokens = reserve
 
     async def _recover(self, turn: _Turn, error: LLMError) -> None:
         log.info("LLM call failed (%s: %s); planning recovery", type(error).__name__, error.message)
@@ -325,7 +353,10 @@ class AgentLoop:
             output_shrinks_left=self.config.max_output_shrinks - turn.output_shrinks,
             images_shrunk=turn.images_shrunk > 0)
         if plan.context_length is not None:
-            _lower_context_length(self.engine, plan.context_length)
+            if isinstance(error, ContextOverflow):
+                await self._learn_window(turn, plan.context_length, LEARNED_OVERFLOW)
+            else:
+                _lower_context_length(self.engine, plan.context_length)
         if plan.action is Action.SHRINK_OUTPUT:
             turn.output_shrinks += 1
             turn.max_tokens = plan.max_tokens

@@ -15,6 +15,7 @@ from redis.asyncio import Redis
 
 from agent.compression.engine import ContextEngine
 from agent.llm.base import Provider
+from agent.llm.window import ServedWindow
 from agent.memory import MemoryProvider
 from agent.tokens import TokenCounter
 from gateway.arrivals import ArrivalOrder, InProcessOrder
@@ -71,3 +72,6 @@ class Runtime:
     limits: LimitBackend = field(default_factory=InProcessLimits)
     # One per process: whether the database is down right now, and the retries through an outage.
     storage: StorageGuard = field(default_factory=StorageGuard)
+    # The windows the main and the summary model are really served with (None: unknown, the engine's own).
+    window: ServedWindow | None = None
+    summary_window: ServedWindow | None = None

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.compression.engine import ContextEngine
-from agent.compression.threshold import output_reserve
 from agent.loop import AgentLoop
 from agent.memory import MemoryProvider
 from agent.tools.registry import ToolRegistry
@@ -136,6 +135,7 @@ class SessionManager:
             await self._update_pins(live, pins)
             if remember:
                 self._remember(key, live)
+            self._follow_window(live)
             return live
         active = await self.rt.store.messages.load_active(record.id)
         if live is None or live.id != record.id:
@@ -153,7 +153,15 @@ class SessionManager:
         live.messages, live.token_counts, live.watermark = active.messages, active.token_counts, active.watermark
         if remember:
             self._remember(key, live)
+        self._follow_window(live)
         return live
+
+    def _follow_window(self, live: LiveSession) -> None:
+        """A window learned meanwhile (another session's overflow error) applies to this session too."""
+        window = self.rt.window
+        lower = getattr(live.engine, "lower_context_length", None)
+        if window is not None and callable(lower) and window.tokens < live.engine.context_length:
+            lower(window.tokens)
 
     async def reload(self, live: LiveSession) -> None:
         """Re-read the active messages and their watermark."""
@@ -246,10 +254,10 @@ class SessionManager:
                                     pins=pins)
         loop = AgentLoop(
             provider=rt.provider, engine=engine, system_prompt=prompt, session_id=record.id, tools=tools,
-            memory=memory, max_tokens=output_reserve(rt.settings.llm.max_tokens, engine.context_length), model=rt.model or None, counter=rt.counter,
+            memory=memory, max_tokens=rt.settings.llm.max_tokens, model=rt.model or None, counter=rt.counter,
             config=LoopConfig(max_iterations=rt.settings.llm.max_iterations,
                               auto_compress=rt.settings.compression.enabled),
-            temperature=rt.settings.llm.temperature,
+            temperature=rt.settings.llm.temperature, window=rt.window,
         )
         # Registered last (after the loop exists) so it follows the session id through rotations.
         tools.register(recall_tool(rt.store, lambda: loop.session_id))

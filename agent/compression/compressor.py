@@ -50,6 +50,7 @@ from agent.compression.threshold import (
     autoraised_threshold_percent,
     compute_threshold_tokens,
     max_summary_tokens,
+    output_reserve,
     summary_budget,
     tail_token_budget,
 )
@@ -93,6 +94,7 @@ class ContextCompressor(ContextEngine):
         autoraise: bool = True,
         wall_clock: Callable[[], float] = time.time,
         summary_deadline_seconds: float | None = None,
+        reserve_output: bool = False,
     ) -> None:
         if context_length <= 0:
             raise ValueError("context_length must be positive")
@@ -104,7 +106,9 @@ class ContextCompressor(ContextEngine):
         self.target_ratio = target_ratio
         self.protect_first_n = protect_first_n
         self.protect_last_n = protect_last_n
-        self.max_tokens = max_tokens
+        self._configured_max_tokens = max_tokens
+        # True (the gateway): without max_tokens, answers get a share of the window, which follows the window.
+        self._reserve_output = reserve_output
         self.summary_context_length = summary_context_length
         self.abort_on_summary_failure = abort_on_summary_failure
         self.summary_deadline_seconds = summary_deadline_seconds
@@ -122,11 +126,18 @@ class ContextCompressor(ContextEngine):
 
     # -- thresholds -------------------------------------------------------------------------------------
 
+    @property
+    def max_tokens(self) -> int | None:
+        """The output reserve: what every answer may take of the window (R-T4)."""
+        if self._reserve_output:
+            return output_reserve(self._configured_max_tokens, self.context_length)
+        return self._configured_max_tokens
+
     def _apply_context_length(self, context_length: int) -> None:
         """Set the window and derive the threshold, lowered to what the summary model can read (R-C9)."""
+        self.context_length = context_length
         configured = compute_threshold_tokens(context_length, self.threshold_percent, self.max_tokens)
         self.threshold_tokens = feasible_threshold(configured, context_length, self.summary_context_length)
-        self.context_length = context_length
 
     def lower_context_length(self, context_length: int) -> int:
         """Shrink the window (error recovery: the provider stated a smaller one); returns the new threshold."""

@@ -24,6 +24,7 @@ import pytest
 from agent.compression.compressor import ContextCompressor
 from agent.llm.errors import ContextOverflow
 from agent.llm.openai_compat import OpenAICompatProvider
+from agent.llm.window_probe import probe_served_window
 
 N_CTX = 2048
 SERVER = Path(__file__).with_name("llama_server.py")
@@ -121,3 +122,9 @@ async def test_a_real_model_summary_compresses_a_conversation(llama_url: str) ->
     assert result.tokens_after < result.tokens_before
     assert result.messages[0] == {**messages[0], "content": result.messages[0]["content"]}
     assert result.messages[-1] == messages[-1] and result.messages[-2] == messages[-2]
+
+
+async def test_the_window_the_server_really_serves_is_found(llama_url: str) -> None:
+    # The model's GGUF says 8,192 (n_ctx_train); the server serves --ctx-size, and says so.
+    report = await probe_served_window(llama_url, "any-name")
+    assert report is not None and report.tokens == N_CTX
