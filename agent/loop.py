@@ -21,7 +21,7 @@ from typing import Any
 
 from agent.compaction_steps import after_compaction, before_compaction, compress_with_progress
 from agent.compression.engine import CompressionResult, ContextEngine
-from agent.compression.threshold import output_reserve
+from agent.compression.threshold import output_reserve, request_room, tool_schema_budget
 from agent.events import (
     EVENT_LLM_RESPONSE,
     EVENT_TOOL_RESULT,
@@ -42,7 +42,15 @@ from agent.llm.errors import ContextOverflow, LLMError
 from agent.llm.images import ashrink_images_in_messages
 from agent.llm.window import LEARNED_OVERFLOW, LEARNED_TRUNCATION, ServedWindow, TruncationWatch
 from agent.memory import MemoryProvider
-from agent.recovery import Action, budget_spent_text, no_output_room_text, plan_recovery, still_too_large_text
+from agent.recovery import (
+    Action,
+    budget_spent_text,
+    cut_off_note,
+    no_output_room_text,
+    plan_recovery,
+    still_too_large_text,
+    too_small_window_text,
+)
 from agent.storable import storable, storable_text
 from agent.tokens import TokenCounter, TokenLedger, estimate_request_tokens_rough, get_counter
 from agent.tools.registry import ToolOutcome, ToolRegistry
@@ -69,6 +77,9 @@ _DEFAULT_PROTECT_FIRST_N = 3
 _DEFAULT_PROTECT_LAST_N = 20
 # Turns in a row whose overflow recovery failed, after which a turn tries none until a call succeeds.
 _FAILED_RECOVERY_LIMIT = 1
+# The guard asks for a shorter answer only while one of at least this many tokens (or a quarter of the usual
+# reserve, when that is less) still fits; below that the request is not sent.
+_MIN_ANSWER_TOKENS = 256
 
 
 class _Stop(Exception):
@@ -197,13 +208,19 @@ class AgentLoop:
     async def _drive(self, turn: _Turn) -> tuple[StopReason, str]:
         for _ in range(self.config.max_iterations):
             await self._preflight(turn)
+            await self._fit(turn)
             completion = await self._call(turn)
             reply = dict(completion.message)
             reply.setdefault("content", None)
-            turn.append(reply)
             calls = completion.tool_calls
+            text = storable_text(completion.text)
+            if not calls and completion.finish_reason == "length":
+                # Never a silent cut: the answer says it stopped at its limit (and the model will see it did).
+                text = f"{text}\n\n{cut_off_note(turn.max_tokens)}" if text else cut_off_note(turn.max_tokens)
+                reply["content"] = text
+            turn.append(reply)
             if not calls:
-                return StopReason.FINAL, storable_text(completion.text)
+                return StopReason.FINAL, text
             await self._run_tools(turn, calls)
             await self._post_response(turn)
         return StopReason.MAX_ITERATIONS, (
@@ -212,10 +229,15 @@ class AgentLoop:
 
     # --- trigger ①: preflight -------------------------------------------------------------------------
 
+    def schemas(self) -> list[dict[str, Any]]:
+        """The tool schemas sent with each request: within a tenth of the window (`ToolRegistry.schemas`)."""
+        window = self.engine.context_length
+        return self.tools.schemas(tool_schema_budget(window) if window else None, self.counter)
+
     async def _preflight(self, turn: _Turn) -> None:
         if not self.config.auto_compress:
             return
-        engine, schemas = self.engine, self.tools.schemas()
+        engine, schemas = self.engine, self.schemas()
         first, last = _protected_counts(engine)
         rough = estimate_request_tokens_rough(turn.messages, system=self.system_prompt, tools=schemas)
         if not cheap_gate(len(turn.messages), rough, engine.threshold_tokens, first, last):
@@ -237,6 +259,41 @@ class AgentLoop:
             tokens = self._request_tokens(turn.messages, schemas)
             if not made_progress(before_n, before_t, len(turn.messages), tokens, self.config.min_progress_ratio):
                 return
+
+    # --- the guard every request passes -------------------------------------------------------------------
+
+    async def _fit(self, turn: _Turn) -> None:
+        """Never send a request larger than the served window less its ``max_tokens`` (and a small margin):
+        compress (escalating), then ask for a shorter answer (which then says it was cut), else stop without
+        sending — at once when even the turn alone, with the system prompt and the tools, cannot fit."""
+        window, schemas = self.engine.context_length, self.schemas()
+        if not window or turn.max_tokens is None:
+            return
+        anchored = self._anchored_tokens(turn.messages)
+        if anchored is None and _defers_to_real_usage(self.engine):
+            return  # R-P1: the server's own count proved this list fits; ours over-counts it
+        estimate = anchored if anchored is not None else 2 * estimate_request_tokens_rough(
+            turn.messages, system=self.system_prompt, tools=schemas)
+        if request_room(window, estimate) >= turn.max_tokens:
+            return  # certainly fits (a rough count errs by well under half): no exact count needed
+        least = min(turn.max_tokens, max(_MIN_ANSWER_TOKENS, turn.max_tokens // 4))
+        if request_room(window, self._exact_request_tokens(_this_turn(turn.messages), schemas)) < least:
+            raise _Stop(too_small_window_text(window))  # no compression can make this fit
+        for _ in range(self.config.preflight_passes):
+            tokens = self._request_tokens(turn.messages, schemas)
+            if request_room(window, tokens) >= turn.max_tokens:
+                return
+            result = await self._compress(turn, "guard", tokens)
+            if result.aborted:
+                raise _Stop(aborted_notice(result.reason).text, notified=turn.told_aborted)
+            if not result.compressed:
+                break
+        room = request_room(window, self._request_tokens(turn.messages, schemas))
+        if room >= least:
+            turn.max_tokens = min(turn.max_tokens, room)
+            return
+        framed = [{"role": "system", "content": self.system_prompt}, *turn.messages]
+        raise _Stop(no_output_room_text(can_compress=self.engine.has_content_to_compress(framed)))
 
     def _anchored_tokens(self, messages: Sequence[Mapping[str, Any]]) -> int | None:
         """Real usage of the request the provider already measured plus the exact size of what came after;
@@ -264,7 +321,7 @@ class AgentLoop:
         tokens = post_response_tokens(self.engine.last_prompt_tokens)
         if tokens is None:
             # No usage reported: estimate, so a session cannot grow without bound; count exactly to decide.
-            schemas = self.tools.schemas()
+            schemas = self.schemas()
             tokens = estimate_request_tokens_rough(turn.messages, system=self.system_prompt, tools=schemas)
             if tokens >= self.engine.threshold_tokens:
                 tokens = self._exact_request_tokens(turn.messages, schemas)
@@ -284,7 +341,7 @@ class AgentLoop:
 
     async def _call(self, turn: _Turn) -> Completion:
         while True:
-            schemas = self.tools.schemas()
+            schemas = self.schemas()
             sent = list(turn.messages)
             started = time.perf_counter()
             try:
@@ -374,7 +431,7 @@ class AgentLoop:
             elif self._failed_recoveries >= _FAILED_RECOVERY_LIMIT:
                 raise _Stop(still_too_large_text())
             turn.compressions_used += 1
-            tokens = self._exact_request_tokens(turn.messages, self.tools.schemas())
+            tokens = self._exact_request_tokens(turn.messages, self.schemas())
             result = await self._compress(turn, "recovery", tokens, force=True)
             if result.aborted:
                 raise _Stop(aborted_notice(result.reason).text, notified=turn.told_aborted)
@@ -398,6 +455,7 @@ class AgentLoop:
 
     async def _compress(self, turn: _Turn, trigger: str, tokens: int, *, force: bool = False) -> CompressionResult:
         framed = [{"role": "system", "content": self.system_prompt}, *turn.messages]
+        self.engine.set_request_overhead(self.counter.count_tools(self.schemas()))
         counts: dict[str, Any] = {}
         if getattr(self.engine, "accepts_token_counts", False):
             self._ledger.sync(turn.messages)
@@ -458,6 +516,12 @@ class AgentLoop:
             outcome = finished[index]
             await emit_event(self.events, AgentEvent(EVENT_TOOL_RESULT, self.session_id, {
                 "name": outcome.name, "ok": outcome.ok, "duration_s": outcome.duration_s}))
+
+
+def _this_turn(messages: Sequence[Mapping[str, Any]]) -> Sequence[Mapping[str, Any]]:
+    """The live user message and what the model did since: what no compression takes out of a request."""
+    live = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=0)
+    return messages[live:]
 
 
 def _protected_counts(engine: ContextEngine) -> tuple[int, int]:

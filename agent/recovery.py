@@ -21,7 +21,8 @@ from agent.llm.errors import (
     RateLimited,
 )
 
-__all__ = ["Action", "Recovery", "budget_spent_text", "plan_recovery", "still_too_large_text", "user_error_text"]
+__all__ = ["Action", "Recovery", "budget_spent_text", "cut_off_note", "plan_recovery", "still_too_large_text",
+           "too_small_window_text", "user_error_text"]
 
 
 class Action(StrEnum):
@@ -64,6 +65,19 @@ def no_output_room_text(*, can_compress: bool = True) -> str:
 def _advice(can_compress: bool) -> str:
     return ("Run /compress to compact it, or /new to start a fresh session." if can_compress else
             "Use /new to start a fresh session; the history stays stored and searchable.")
+
+
+def cut_off_note(max_tokens: int | None) -> str:
+    """What ends an answer the model stopped at its length limit (``finish_reason: length``)."""
+    limit = f" of {max_tokens:,} tokens" if max_tokens else ""
+    return f"[… the answer was cut off at its length limit{limit} — ask me to continue.]"
+
+
+def too_small_window_text(window: int) -> str:
+    """What the user reads when the message being answered cannot fit the model's window even alone."""
+    return (f"⚠️ This message does not fit the model's window of {window:,} tokens beside the system prompt and "
+            "room for an answer, so it was not sent. Send it in shorter parts, or use /new; a model with a larger "
+            "window (llm.context_length, or the server's own setting) would take it whole.")
 
 
 def still_too_large_text() -> str:

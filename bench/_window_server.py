@@ -181,9 +181,10 @@ class WindowServer:
         """Drop the oldest messages after the system prompt (never the last one) until the prompt fits."""
         kept = list(messages)
         first = 1 if kept and kept[0].get("role") == "system" else 0
-        while len(kept) > first + 1 and self.count(kept, tools) > room:
-            del kept[first]
-        return kept, self.count(kept, tools)
+        total = self.count(kept, tools)
+        while len(kept) > first + 1 and total > room:
+            total -= self._message_tokens(kept.pop(first))
+        return kept, total
 
     def _cut(self, words: list[str], max_tokens: int | None) -> tuple[str, str]:
         text = " ".join(words)

@@ -192,7 +192,7 @@ def _engine_factory(settings: Settings, provider: Provider, summary: Provider, w
             context_length=window.tokens, threshold=comp.threshold, target_ratio=comp.target_ratio,
             protect_first_n=comp.protect_first_n, protect_last_n=comp.protect_last_n,
             max_tokens=llm.max_tokens, reserve_output=True, summary_provider=summary,
-            main_provider=provider, summary_context_length=summary_window.tokens,
+            main_provider=provider, summary_context_length=summary_window.tokens, summary_window=summary_window,
             abort_on_summary_failure=comp.abort_on_summary_failure, encoding=llm.encoding,
             provider_name=llm.provider, model=llm.model, autoraise=comp.autoraise,
             summary_deadline_seconds=summary_deadline_seconds(settings),

@@ -392,7 +392,7 @@ def status_figures(sessions: SessionManager, live: LiveSession) -> StatusFigures
     """Collect the /status figures of ``live``."""
     check = hygiene_check(sessions, live)
     engine, last = live.engine, live.last_compaction
-    schemas = live.loop.tools.schemas()
+    schemas = live.loop.schemas()
     return StatusFigures(
         session_id=live.id, tokens=check.tokens, token_source=check.token_source,
         context_length=engine.context_length, threshold_tokens=engine.threshold_tokens,

@@ -35,6 +35,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 CONFIGURED = "configured (llm.context_length)"
+MIN_LEARNED_WINDOW = 512
 LEARNED_OVERFLOW = "learned from the server's overflow error"
 LEARNED_TRUNCATION = "learned from a prompt the server truncated"
 TABLE = "Concord's model table"
@@ -90,8 +91,12 @@ class ServedWindow:
     _logged: set[int] = field(default_factory=set, repr=False)
 
     async def learn(self, tokens: int, source: str) -> bool:
-        """Lower the window to ``tokens`` (never raise it); True when it changed. Persisted, logged once."""
-        if tokens <= 0 or tokens >= self.tokens:
+        """Lower the window to ``tokens`` (never raise it); True when it changed. Persisted, logged once.
+        A window below `MIN_LEARNED_WINDOW` is no chat model's: a broken server's figure is not spread."""
+        if tokens >= self.tokens:
+            return False
+        if tokens < MIN_LEARNED_WINDOW:
+            log.warning("the server states a window of %s tokens; not believed for other sessions", tokens)
             return False
         previous, self.tokens, self.source, self.known = self.tokens, tokens, source, True
         if tokens not in self._logged:
