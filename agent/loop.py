@@ -80,6 +80,8 @@ _FAILED_RECOVERY_LIMIT = 1
 # The guard asks for a shorter answer only while one of at least this many tokens (or a quarter of the usual
 # reserve, when that is less) still fits; below that the request is not sent.
 _MIN_ANSWER_TOKENS = 256
+# The least a message clipped to fit (its head, tail and the note saying what was cut) takes.
+_MIN_MESSAGE_TOKENS = 128
 
 
 class _Stop(Exception):
@@ -277,8 +279,9 @@ class AgentLoop:
         if request_room(window, estimate) >= turn.max_tokens:
             return  # certainly fits (a rough count errs by well under half): no exact count needed
         least = min(turn.max_tokens, max(_MIN_ANSWER_TOKENS, turn.max_tokens // 4))
-        if request_room(window, self._exact_request_tokens(_this_turn(turn.messages), schemas)) < least:
-            raise _Stop(too_small_window_text(window))  # no compression can make this fit
+        if request_room(window, self._exact_request_tokens([], schemas) + _MIN_MESSAGE_TOKENS) < least:
+            # The system prompt and the tools leave no room for a message and an answer: nothing to compress.
+            raise _Stop(too_small_window_text(window))
         for _ in range(self.config.preflight_passes):
             tokens = self._request_tokens(turn.messages, schemas)
             if request_room(window, tokens) >= turn.max_tokens:
@@ -516,12 +519,6 @@ class AgentLoop:
             outcome = finished[index]
             await emit_event(self.events, AgentEvent(EVENT_TOOL_RESULT, self.session_id, {
                 "name": outcome.name, "ok": outcome.ok, "duration_s": outcome.duration_s}))
-
-
-def _this_turn(messages: Sequence[Mapping[str, Any]]) -> Sequence[Mapping[str, Any]]:
-    """The live user message and what the model did since: what no compression takes out of a request."""
-    live = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=0)
-    return messages[live:]
 
 
 def _protected_counts(engine: ContextEngine) -> tuple[int, int]:

@@ -74,10 +74,10 @@ def cut_off_note(max_tokens: int | None) -> str:
 
 
 def too_small_window_text(window: int) -> str:
-    """What the user reads when the message being answered cannot fit the model's window even alone."""
-    return (f"⚠️ This message does not fit the model's window of {window:,} tokens beside the system prompt and "
-            "room for an answer, so it was not sent. Send it in shorter parts, or use /new; a model with a larger "
-            "window (llm.context_length, or the server's own setting) would take it whole.")
+    """What the user reads when the system prompt (with pins and tools) leaves the window no room at all."""
+    return (f"⚠️ The model's window of {window:,} tokens has no room for a message and its answer beside the "
+            "system prompt, the pinned rules and the tools, so nothing was sent. Use /new to start over, or serve "
+            "the model with a larger window.")
 
 
 def still_too_large_text() -> str:

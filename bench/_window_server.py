@@ -54,7 +54,8 @@ class Call:
     outcome: str  # ok | rejected | truncated
     finish_reason: str = "stop"
     kept_tokens: int = 0  # what the model read (after a silent truncation)
-    summary_seen: str = ""  # the marker of the handoff summary in a chat request, "static" for another one
+    summary_seen: str = ""  # the handoff summary's marker in a chat request ("static:…" for another one); in a
+    # summary request, the markers of the summaries it updates
     live_text: str = ""  # the last user message as sent
     marker: str = ""  # the marker this summary answer carries
 
@@ -163,6 +164,8 @@ class WindowServer:
             messages, call.kept_tokens = self._truncate(messages, tools, self.window - (max_tokens or 0))
             call.outcome = "truncated"
         if summary:
+            # A summary updating an earlier one (the next part, the next compaction) carries its marker.
+            call.summary_seen = " ".join(re.findall(rf"\[({MARKER}\d+)\]", _text(messages[-1].get("content"))))
             text, finish = self._summary(messages, max_tokens, call)
         else:
             call.summary_seen = _summary_marker(messages)

@@ -13,12 +13,14 @@ Concord is told nothing about the window (``llm.model: local``, no ``llm.context
 Printed per window and server: lines answered (not a warning), requests over the window (the server's own
 count: prompt + max_tokens), summary calls and how many were used (their marker reached a later request),
 turns between compactions (median), mean / max prompt share of the window, replies cut by ``max_tokens``
-and how many of them reached the user without a word about it, and live messages that fit but were clipped.
+and how many of them reached the user without a word about it, and live messages clipped although they fit
+(at most half the window).
 
-Corpora (from ``../shared/corpus``): ``locomo:N`` (LoCoMo conversation N, "Speaker: text" per line; default
-conversation 1, 369 lines), ``irc:NAME`` (an IRC log, "nick: text"), ``claude_code:N`` (the user's messages
-of a Claude Code session). The default run (369 lines × 6 windows × 2 servers) takes a few minutes on two
-cores; ``--lines`` goes longer or shorter.
+Corpora (from ``../shared/corpus``; ``a+b`` replays one after the other): ``locomo:N`` (LoCoMo conversation
+N, "Speaker: text" per line; default conversation 1, 369 lines), ``irc:NAME`` (an IRC log, "nick: text"),
+``claude_code:N`` (the user's messages of a Claude Code session), ``miniswe:NAME`` (a mini-swe-agent task and
+its command outputs pasted as messages — up to 151,582 characters each, for the large windows). The default
+run (369 lines × 6 windows × 2 servers) takes a few minutes on two cores; ``--lines`` goes shorter.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from pathlib import Path
 
 from adapters.base import Adapter, ChatRef, Inbound, InboundHandler
 from bench._window_server import WindowServer
-from bench.corpus import corpus_dir, load_claude_code, load_irc, load_locomo
+from bench.corpus import corpus_dir, load_claude_code, load_irc, load_locomo, load_miniswe
 from gateway.app import Gateway, build_runtime
 from gateway.config import load_settings
 
@@ -104,7 +106,12 @@ class Figures:
 
 
 def load_lines(spec: str, limit: int | None) -> list[str]:
-    """The conversation ``spec`` names, one message per line."""
+    """The conversation ``spec`` names (``a+b`` for one after the other), one message per line."""
+    lines = [line for part in spec.split("+") for line in _corpus_lines(part)]
+    return lines[:limit] if limit else lines
+
+
+def _corpus_lines(spec: str) -> list[str]:
     root = corpus_dir()
     if root is None:
         raise SystemExit("bench.windows needs the corpus (../shared/corpus or $CONCORD_CORPUS_DIR)")
@@ -123,9 +130,17 @@ def load_lines(spec: str, limit: int | None) -> list[str]:
         transcript = load_claude_code(paths[int(which or 0)])[0]
         lines = [m["content"] for m in transcript.messages if m["role"] == "user" and isinstance(m["content"], str)
                  and m["content"].strip()]
+    elif kind == "miniswe":
+        # The task and every command output, as if the user pasted them: long messages, up to 151,582
+        # characters (django__django-15629's last one).
+        paths = sorted(root.glob(f"*miniswe*/**/*{which}*.traj.json"))
+        if not paths:
+            raise SystemExit(f"no mini-swe-agent trajectory matches {which!r}")
+        lines = [str(m["content"]) for m in load_miniswe(paths[0])[0].messages
+                 if m["role"] in ("user", "tool") and str(m.get("content") or "").strip()]
     else:
-        raise SystemExit(f"unknown corpus {spec!r} (locomo:N, irc:NAME, claude_code:N)")
-    return lines[:limit] if limit else lines
+        raise SystemExit(f"unknown corpus {spec!r} (locomo:N, irc:NAME, claude_code:N, miniswe:NAME)")
+    return lines
 
 
 @contextlib.asynccontextmanager
@@ -168,13 +183,16 @@ def _figures(server: WindowServer, lines: Sequence[str], window: int, mode: str,
     calls = server.calls
     chats = [c for c in calls if c.kind == "chat" and c.outcome != "rejected"]
     summaries = [c for c in calls if c.kind == "summary" and c.outcome != "rejected"]
-    used = {c.summary_seen for c in chats}
+    # Used: its marker reached a later request — a chat request's handoff, or the next summary it was updated by.
+    used = {c.summary_seen for c in chats} | {m for c in summaries for m in c.summary_seen.split()}
     # A compaction shows as a new handoff summary in the next request; count the lines between them.
     starts = [c.line for previous, c in itertools.pairwise(chats) if c.summary_seen != previous.summary_seen]
     gaps = [b - a for a, b in itertools.pairwise(starts)]
     shares = [c.prompt_tokens / window for c in chats]
-    live_clipped = sum(1 for c in chats if c.live_text and c.live_text != lines[c.line] and c.line < len(lines)
-                       and c.live_text.startswith(lines[c.line][:40]))
+    # A line that takes at most half the window fits beside everything else a request carries; clipping it
+    # would be the fault. (Longer ones must be clipped, with a note, at small windows.)
+    fits = {n for n, line in enumerate(lines) if server.count([{"role": "user", "content": line}], None) <= window // 2}
+    live_clipped = sum(1 for c in chats if c.line in fits and c.live_text and c.live_text != lines[c.line])
     return Figures(
         window=window, server=mode, lines=len(lines), answered=answered, over=sum(c.over for c in calls),
         summaries=len(summaries), summaries_used=sum(c.marker in used for c in summaries),

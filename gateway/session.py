@@ -22,7 +22,7 @@ from gateway.continuity import END_IDLE, continuity_note, previous_idle_session
 from gateway.engine_state import restore_engine_state
 from gateway.history import read_history_tool
 from gateway.keys import SessionKey
-from gateway.pins import pin_tool, pins_block
+from gateway.pins import pin_token_limit, pin_tool, pins_block
 from gateway.prompt import build_system_prompt
 from gateway.recall import recall_tool
 from gateway.runtime import Runtime
@@ -188,7 +188,7 @@ class SessionManager:
         """The session's system prompt as configured; ``persona`` is the chat's own (``/persona``); its pinned
         rules come last."""
         return build_system_prompt(self.rt.settings.gateway.bot_name, key, memory, compacted=compacted,
-                                   persona=persona or self._persona, pins=pins_block(pins))
+                                   persona=persona or self._persona, pins=pins_block(pins, pin_token_limit(self.rt)))
 
     async def refresh_pins(self, live: LiveSession) -> None:
         """Re-read the chat's pins (another worker, a command or the pin tool may have changed them); the

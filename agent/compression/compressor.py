@@ -40,26 +40,22 @@ from agent.compression.escalation import STILL_FULL_SHARE
 from agent.compression.fallback import build_static_summary
 from agent.compression.feasibility import SummaryModelTooSmall, feasible_threshold
 from agent.compression.ledger import Ledger, build_ledger, ledger_cap
-from agent.compression.parts import SummaryParts, serialize_parts
 from agent.compression.plan import CompactionPlan, PlanSettings, select_plan
 from agent.compression.prune import PruneResult
 from agent.compression.shorten import shorten_summary
 from agent.compression.state import CompressorState
-from agent.compression.summarizer import ABORT_WARNING, SummaryOutcome, request_summary, summary_call_allowed
+from agent.compression.summarizer import ABORT_WARNING, SummaryOutcome, summary_call_allowed
 from agent.compression.summary import (
-    SUMMARIZER_SYSTEM,
-    build_summary_prompt,
     derive_focus_topic,
     find_latest_summary,
     format_summary,
 )
+from agent.compression.summary_job import SummaryJob, summarize_in_parts
 from agent.compression.threshold import (
     autoraised_threshold_percent,
     compute_threshold_tokens,
     max_summary_tokens,
     output_reserve,
-    request_room,
-    summary_output_cap,
     tail_token_budget,
 )
 from agent.llm.base import Provider, Usage
@@ -72,10 +68,6 @@ log = logging.getLogger(__name__)
 
 MIN_GUARD_MESSAGES = 4
 INEFFECTIVE_SAVINGS = 0.10
-# Chat framing tokens around the summary request's two messages.
-_FRAMING = 16
-# A part of the middle smaller than this cannot be summarized usefully: the summary window is too small.
-_MIN_PART_TOKENS = 256
 
 Messages = list[dict[str, Any]]
 
@@ -452,62 +444,15 @@ class ContextCompressor(ContextEngine):
         except SummaryModelTooSmall:  # too small to lower the threshold for: the parts cover the middle
             log.warning("the summary model's window (%s tokens) is far too small; summarizing in parts", tokens)
 
-    def _prompt(self, middle_text: str, budget: int, focus: str, auto_focus: bool, previous: str | None) -> str:
-        return build_summary_prompt(middle_text, budget=budget, today=self._today(), previous_summary=previous,
-                                    focus_topic=focus, auto_focus=auto_focus, kind=self.summary_template)
-
     async def _summarize_parts(self, plan: CompactionPlan, middle: Messages, work: Messages,
                                focus_topic: str | None, force: bool) -> SummaryOutcome:
-        """One summary call per part of the middle (`agent.compression.parts`), each updating the summary of
-        the parts before it; every request fits the summary window with its ``max_tokens`` (the guard)."""
-        budget, window = plan.summary_budget, self.summary_context_length or self.context_length
-        focus, auto_focus = focus_topic or derive_focus_topic(work), focus_topic is None
-        max_tokens = summary_output_cap(budget)
-        ends = None if self.summary_deadline_seconds is None else time.monotonic() + self.summary_deadline_seconds
-        carried: dict[str, Any] = {"previous": self._state.previous_summary}
-
-        def prompt_for(index: int) -> tuple[str, int]:
-            if index == 0:
-                carried["parts"] = self._parts(middle, budget, focus, auto_focus, window, max_tokens, carried)
-            parts: SummaryParts = carried["parts"]
-            if not parts.count:
-                raise _NoRoom(f"the summary model's window ({window:,} tokens) cannot hold a part of the middle")
-            prompt = self._prompt(parts.parts[index], budget, focus, auto_focus, carried["previous"])
-            tokens = self._counter.count_text(prompt) + self._counter.count_text(SUMMARIZER_SYSTEM) + _FRAMING
-            return prompt, max(1, min(max_tokens, request_room(window, tokens)))
-
-        index, outcome = 0, SummaryOutcome(None)
-        while True:
-            left = None if ends is None else ends - time.monotonic()
-            try:
-                outcome = await request_summary(
-                    self._state, summary_provider=self._summary_provider, main_provider=self._main_provider,
-                    build_prompt=lambda i=index: prompt_for(i), now=self._clock(), force=force,
-                    abort_on_failure=self.abort_on_summary_failure, deadline_s=left, window=window)
-            except _NoRoom as no_room:
-                return SummaryOutcome(None, reason=str(no_room))
-            if outcome.body is None or index + 1 >= carried["parts"].count:
-                return outcome
-            carried["previous"] = shorten_summary(outcome.body, budget, self._counter, cut_off=outcome.cut_off)
-            index += 1
-
-    def _parts(self, middle: Messages, budget: int, focus: str, auto_focus: bool, window: int, max_tokens: int,
-               carried: dict[str, Any]) -> SummaryParts:
-        """The middle in parts that fit the summary window beside the prompt's frame (with the largest previous
-        summary a part will carry) and ``max_tokens``; what no part holds seeds the first part statically."""
-        previous: str | None = carried["previous"]
-        previous_tokens = self._counter.count_text(previous) if previous else 0
-        frame = (self._counter.count_text(self._prompt("", budget, focus, auto_focus, None))
-                 + self._counter.count_text(SUMMARIZER_SYSTEM) + _FRAMING)
-        carried_tokens = max(previous_tokens, max_tokens)
-        limit = request_room(window, frame + carried_tokens) - max_tokens
-        if limit < _MIN_PART_TOKENS:
-            return SummaryParts((), (), len(middle))
-        parts = serialize_parts(middle, limit, self._counter)
-        if parts.older:
-            seed = build_static_summary(middle[: parts.older], today=self._today(), previous_summary=previous)
-            carried["previous"] = shorten_summary(seed, max(budget, previous_tokens), self._counter)
-        return parts
+        job = SummaryJob(middle, plan.summary_budget, self.summary_context_length or self.context_length,
+                         focus_topic or derive_focus_topic(work), focus_topic is None, self._state.previous_summary,
+                         self._today(), self.summary_template, self._counter)
+        return await summarize_in_parts(job, self._state, summary_provider=self._summary_provider,
+                                        main_provider=self._main_provider, now=self._clock, force=force,
+                                        abort_on_failure=self.abort_on_summary_failure,
+                                        deadline_s=self.summary_deadline_seconds)
 
     # -- ledger, counts, assembly, commit ---------------------------------------------------------------
 
@@ -590,7 +535,3 @@ class ContextCompressor(ContextEngine):
             result, True, len(original), len(result), before, after, kind, False, state.last_compress_reason,
             bounds.head_end, bounds.tail_start, pruned.pruned, tuple(after_counts),
         ))
-
-
-class _NoRoom(Exception):
-    """The summary window cannot hold even a part of the middle beside the prompt and its answer."""

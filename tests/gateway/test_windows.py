@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import re
+import statistics
 from typing import Any
 
 from agent.llm.window import LEARNED_OVERFLOW, LEARNED_TRUNCATION, window_key
@@ -62,3 +65,35 @@ async def test_a_server_that_truncates_silently_is_found_out(gateway_factory: Ga
         await adapter.say(f"after {turn}: " + _words(150))
     later = [r for r in fake_llm.requests[learned_at:] if not is_summary_request(r.json)]
     assert later and all(r.prompt_tokens + r.json["max_tokens"] <= served for r in later)
+
+
+def _chat_like(body: dict[str, Any], calls: list[str]) -> Reply:
+    """A model answering chat lines in 30-90 tokens and summaries at the length their prompt asks for."""
+    if is_summary_request(body):
+        calls.append("summary")
+        target = int(re.search(r"Target length: about ([\d,]+) tokens", str(body["messages"]))[1].replace(",", ""))
+        return Reply(f"## Goal\nsummary {len(calls)} " + _words(target))
+    calls.append("chat")
+    return Reply("noted " + _words(30 + len(calls) * 7 % 60))
+
+
+async def test_a_4096_window_found_at_start_up_is_never_exceeded_and_compactions_are_spaced(
+        gateway_factory: GatewayFactory, fake_llm: FakeLLMServer) -> None:
+    fake_llm.reports_window = ("vllm", 4_096)
+    fake_llm.context_window = 4_096  # refuses what does not fit, like vLLM
+    calls: list[str] = []
+    fake_llm.responder = lambda body: _chat_like(body, calls)
+    _, adapter = await gateway_factory(llm=UNKNOWN)
+    lines = [f"Speaker{i % 2}: line {i} about " + _words(12 + i % 25) for i in range(120)]
+    summaries: list[int] = []
+    for number, line in enumerate(lines):
+        before = calls.count("summary")
+        await adapter.say(line)
+        assert not adapter.texts()[-1].startswith("⚠️"), adapter.texts()[-1]
+        if calls.count("summary") > before:
+            summaries.append(number)
+    requests = fake_llm.requests
+    assert all(r.prompt_tokens + r.json.get("max_tokens", 0) <= 4_096 for r in requests if "messages" in r.json)
+    assert calls.count("chat") == len(lines)  # none refused, none retried
+    gaps = [b - a for a, b in itertools.pairwise(summaries)]
+    assert summaries and statistics.median(gaps) >= 5
