@@ -12,8 +12,8 @@ Two behaviours of real local servers, on 127.0.0.1:
 
 The server counts every prompt itself, with tiktoken (o200k_base) and its own framing (3 tokens per message,
 3 to prime the answer, the tool schemas as JSON) — not with Concord's counter — so "over the window" is the
-server's finding. The model behind it is scripted: a chat answer of 20–100 tokens (fixed per line, cut at
-``max_tokens`` with ``finish_reason: length``), and a summary of the length its prompt asks for (a third of them
+server's finding. The model behind it is scripted: a chat answer of 20–100 tokens (fixed per line; one line in
+25 gets 1,500 tokens), cut at ``max_tokens`` with ``finish_reason: length``, and a summary of the length its prompt asks for (a third of them
 a third longer; padded with what it read when there is less to say, as models do), cut at ``max_tokens``,
 each carrying a marker so the benchmark can tell which summaries were used.
 """
@@ -40,6 +40,7 @@ _TARGET = re.compile(r"Target length: about ([\d,]+) tokens")
 _TURNS = "CONVERSATION TURNS TO SUMMARIZE:"
 _SECTIONS = ("Goal", "Constraints & Preferences", "Completed Actions", "Key Decisions", "Critical Context")
 MARKER = "bench-summary-"
+LONG_ANSWER = 1_500
 
 
 @dataclass
@@ -197,7 +198,8 @@ class WindowServer:
 
     def _answer(self, line: str, max_tokens: int | None) -> tuple[str, str]:
         digest = int(hashlib.sha256(line.encode()).hexdigest()[:8], 16)
-        length = 20 + digest % 81
+        # One line in 25 gets a long answer, longer than a 4K model's reserve: it is cut at max_tokens.
+        length = LONG_ANSWER if digest % 25 == 0 else 20 + digest % 81
         words = ["Noted:", *line.split()[:12]]
         filler = "and that is worth keeping in mind for what comes next in this conversation".split()
         while self._tokens(" ".join(words)) < length:

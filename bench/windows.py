@@ -182,7 +182,7 @@ def _figures(server: WindowServer, lines: Sequence[str], window: int, mode: str,
              found: str, seconds: float) -> Figures:
     calls = server.calls
     chats = [c for c in calls if c.kind == "chat" and c.outcome != "rejected"]
-    summaries = [c for c in calls if c.kind == "summary" and c.outcome != "rejected"]
+    summaries = [c for c in calls if c.kind == "summary"]  # made (a refused one is made, and never used)
     # Used: its marker reached a later request — a chat request's handoff, or the next summary it was updated by.
     used = {c.summary_seen for c in chats} | {m for c in summaries for m in c.summary_seen.split()}
     # A compaction shows as a new handoff summary in the next request; count the lines between them.

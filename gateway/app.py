@@ -105,7 +105,8 @@ def llm_setup_help() -> str:
         "              CONCORD_LLM__BASE_URL=http://127.0.0.1:11434/v1 CONCORD_LLM__MODEL=qwen2.5",
         "  vLLM:       vllm serve Qwen/Qwen2.5-7B-Instruct",
         "              CONCORD_LLM__BASE_URL=http://127.0.0.1:8000/v1 CONCORD_LLM__MODEL=Qwen/Qwen2.5-7B-Instruct",
-        "Set CONCORD_LLM__CONTEXT_LENGTH when the model's window is not in Concord's table.",
+        "Concord asks the server which window it serves the model with (vLLM, llama.cpp, Ollama, LM Studio);",
+        "set CONCORD_LLM__CONTEXT_LENGTH for a server that does not say (the smaller of the two is used).",
     ])
 
 

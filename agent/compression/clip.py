@@ -5,7 +5,9 @@ a 3,600-token answer of a local 4K model. Sitting in the verbatim tail (it is th
 message), it would be kept by every compression and wedge the session. Such a message keeps its head and its
 tail for the model, with a marker between them saying how much was cut and that the whole text is stored.
 The gateway archives the unclipped original with the compaction, so nothing is lost; the history search tool
-finds its exact text. A clipped message fits the limit, so clipping never repeats on it.
+finds its exact text. A clipped message fits the limit, so clipping never repeats on it. The live message (the
+one being answered) is clipped only when it cannot fit the window beside everything else a request carries
+(`agent.compression.plan.live_limit`): a 38K-token paste reaches a 200K model whole.
 """
 
 from __future__ import annotations
