@@ -54,7 +54,7 @@ from agent.recovery import (
 from agent.storable import storable, storable_text
 from agent.tokens import TokenCounter, TokenLedger, estimate_request_tokens_rough, get_counter
 from agent.tools.registry import ToolOutcome, ToolRegistry
-from agent.triggers import FitAnchor, cheap_gate, made_progress, post_response_tokens
+from agent.triggers import CountRatio, FitAnchor, cheap_gate, made_progress, post_response_tokens
 from agent.turn import (
     INTERRUPTED_MARK,
     Compaction,
@@ -161,6 +161,9 @@ class AgentLoop:
         # Set by the owner for one turn to stream it (like ``notices``); None: plain requests.
         self.stream: TurnStream | None = None
         self._anchor: FitAnchor | None = None
+        # The server counts with its own tokenizer: what it measured is used as is, and what it has not yet seen
+        # is scaled by what it counted for the growth between earlier requests.
+        self._ratio = CountRatio()
         self._skip_noticed = False
         # Per-message counts of the turn's list: each message is counted once, and a compression is handed
         # the counts instead of re-tokenizing.
@@ -303,7 +306,7 @@ class AgentLoop:
         None when ``messages`` no longer extends that request."""
         if self._anchor is None:
             return None
-        return self._anchor.estimate(messages, self.system_prompt, self.counter)
+        return self._anchor.estimate(messages, self.system_prompt, self.counter, self._ratio.value)
 
     def _request_tokens(self, messages: Sequence[Mapping[str, Any]], schemas: list[dict[str, Any]]) -> int:
         """Exact request size, anchored on real usage when the provider already measured a prefix of it."""
@@ -390,6 +393,10 @@ class AgentLoop:
         if (served := watch.observe(sent_tokens, usage.prompt_tokens)) is not None:
             await self._learn_window(turn, served, LEARNED_TRUNCATION)
         self.engine.update_from_response(usage)
+        if self._anchor is not None and usage.prompt_tokens > 0:
+            grown = self._anchor.appended(sent, self.system_prompt, self.counter)
+            if grown is not None:
+                self._ratio.observe(usage.prompt_tokens - self._anchor.prompt_tokens, grown)
         if 0 < usage.prompt_tokens < self.engine.threshold_tokens:
             self._anchor = FitAnchor.of(usage.prompt_tokens, sent, self.system_prompt)
         elif usage.prompt_tokens:
