@@ -38,9 +38,10 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from adapters.base import Adapter, ChatRef, Inbound, InboundHandler
+from adapters.base import ChatRef, Inbound
 from bench._window_server import WindowServer
 from bench.corpus import corpus_dir, load_claude_code, load_irc, load_locomo, load_miniswe
+from bench.gateway import SilentAdapter
 from gateway.app import Gateway, build_runtime
 from gateway.config import load_settings
 
@@ -51,25 +52,13 @@ SERVERS = ("enforce", "truncate")
 _CUT_WORDS = ("cut off", "cut short", "length limit")
 
 
-class PacedAdapter(Adapter):
+class PacedAdapter(SilentAdapter):
     """Hands the gateway one message at a time and keeps what it sends back."""
-
-    name = "discord"
-    limit = 2_000
 
     def __init__(self) -> None:
         super().__init__()
         self.replies: list[str] = []
         self._ids = itertools.count(1)
-
-    async def start(self, on_message: InboundHandler) -> None:
-        self._handler = on_message
-
-    async def stop(self) -> None:
-        return None
-
-    def typing(self, chat: ChatRef | Inbound) -> contextlib.AbstractAsyncContextManager[None]:
-        return contextlib.nullcontext()
 
     async def _send_chunk(self, chat: ChatRef, text: str, reply_to: str | None) -> None:
         self.replies.append(text)
@@ -121,7 +110,7 @@ def _corpus_lines(spec: str) -> list[str]:
         transcript = load_locomo(path)[int(which or 1)]
         lines = [f"{m['name']}: {m['content']}" for m in transcript.messages if m["role"] == "user"]
     elif kind == "irc":
-        paths = sorted(root.glob(f"*irc*/**/*{which}*.raw.txt")) or sorted(root.glob(f"*irc*/**/*{which}*.txt"))
+        paths = sorted(root.glob(f"*irc*/**/*{which}*.raw.txt")) or sorted(root.glob(f"*irc*/**/*{which}*.ascii.txt"))
         if not paths:
             raise SystemExit(f"no IRC log matches {which!r}")
         lines = [f"{m['name']}: {m['content']}" for m in load_irc(paths[0])[0].messages if m["content"].strip()]

@@ -56,6 +56,7 @@ from agent.compression.threshold import (
     compute_threshold_tokens,
     max_summary_tokens,
     output_reserve,
+    summary_ceiling,
     tail_token_budget,
 )
 from agent.llm.base import Provider, Usage
@@ -402,9 +403,16 @@ class ContextCompressor(ContextEngine):
             return self._unchanged(original, counts,
                                    f"Context compression aborted ({outcome.reason}): {ABORT_WARNING}", aborted=True)
         kind, failure = ("llm" if outcome.body is not None else "static"), outcome.reason
-        # Paid for or not, a summary longer than its budget is shortened, never thrown away.
-        text = shorten_summary(outcome.body if outcome.body is not None else self._static_body(middle),
-                               plan.summary_budget, self._counter, cut_off=outcome.cut_off)
+        if outcome.body is not None:
+            # Paid for: a summary longer than asked (or cut at max_tokens) is shortened, never thrown away.
+            text = shorten_summary(outcome.body, plan.summary_budget, self._counter, cut_off=outcome.cut_off)
+        else:
+            # The static summary has caps of its own, meant for large windows: here it takes at most what any
+            # summary may take in this window.
+            ceiling = summary_ceiling(self.context_length, self.threshold_tokens)
+            text = shorten_summary(self._static_body(middle),
+                                   max(plan.summary_budget, int(ceiling * plan.escalation.summary_share)),
+                                   self._counter)
         ledger = self._ledger(original, counts, bounds, plan.summary_budget)
         kept = self._kept_counts(work, plan.work_counts, bounds)
         assembled, after_counts = self._assemble(work, kept, bounds, ledger.merge(text))
