@@ -40,8 +40,9 @@ from agent.events import (
 from agent.llm.base import Completion, Provider, Usage
 from agent.llm.errors import ContextOverflow, LLMError
 from agent.llm.images import ashrink_images_in_messages
-from agent.llm.window import LEARNED_OVERFLOW, LEARNED_TRUNCATION, ServedWindow, TruncationWatch
+from agent.llm.window import LEARNED_OVERFLOW, LEARNED_TRUNCATION, ServedWindow
 from agent.memory import MemoryProvider
+from agent.metering import RequestMeter
 from agent.recovery import (
     Action,
     budget_spent_text,
@@ -52,9 +53,9 @@ from agent.recovery import (
     too_small_window_text,
 )
 from agent.storable import storable, storable_text
-from agent.tokens import TokenCounter, TokenLedger, estimate_request_tokens_rough, get_counter
+from agent.tokens import TokenCounter, estimate_request_tokens_rough, get_counter
 from agent.tools.registry import ToolOutcome, ToolRegistry
-from agent.triggers import CountRatio, FitAnchor, cheap_gate, made_progress, post_response_tokens
+from agent.triggers import cheap_gate, made_progress, post_response_tokens
 from agent.turn import (
     INTERRUPTED_MARK,
     Compaction,
@@ -157,17 +158,12 @@ class AgentLoop:
         self.temperature = temperature
         # The model's served window, shared with every session on it: what a server states is learned there.
         self.window = window
-        self._truncation = TruncationWatch()
         # Set by the owner for one turn to stream it (like ``notices``); None: plain requests.
         self.stream: TurnStream | None = None
-        self._anchor: FitAnchor | None = None
-        # The server counts with its own tokenizer: what it measured is used as is, and what it has not yet seen
-        # is scaled by what it counted for the growth between earlier requests.
-        self._ratio = CountRatio()
         self._skip_noticed = False
-        # Per-message counts of the turn's list: each message is counted once, and a compression is handed
+        # Request sizes as the server counts them; each message is counted once, and a compression is handed
         # the counts instead of re-tokenizing.
-        self._ledger = TokenLedger(self.counter)
+        self._meter = RequestMeter(self.counter)
         # Kept across turns (anti-thrashing for overflow recovery): every call overflowing must not buy a
         # summary call and a "compacting" notice on every turn.
         self._failed_recoveries = 0
@@ -183,7 +179,7 @@ class AgentLoop:
         """
         turn = _Turn([dict(m) for m in messages], self._output_reserve())
         if token_counts is not None:
-            self._ledger.seed(turn.messages, token_counts)
+            self._meter.ledger.seed(turn.messages, token_counts)
         turn.append(user_message(message))
         text, error = "", ""
         try:
@@ -270,7 +266,7 @@ class AgentLoop:
     async def _fit(self, turn: _Turn) -> None:
         """Never send a request larger than the served window less its ``max_tokens`` (and a small margin):
         compress (escalating), then ask for a shorter answer (which then says it was cut), else stop without
-        sending — at once when even the turn alone, with the system prompt and the tools, cannot fit."""
+        sending — at once when the system prompt, pins and tools alone leave no room."""
         window, schemas = self.engine.context_length, self.schemas()
         if not window or turn.max_tokens is None:
             return
@@ -302,22 +298,15 @@ class AgentLoop:
         raise _Stop(no_output_room_text(can_compress=self.engine.has_content_to_compress(framed)))
 
     def _anchored_tokens(self, messages: Sequence[Mapping[str, Any]]) -> int | None:
-        """Real usage of the request the provider already measured plus the exact size of what came after;
-        None when ``messages`` no longer extends that request."""
-        if self._anchor is None:
-            return None
-        return self._anchor.estimate(messages, self.system_prompt, self.counter, self._ratio.value)
+        """The server's figure for the request it measured plus what came after (`RequestMeter.anchored`)."""
+        return self._meter.anchored(messages, self.system_prompt)
 
     def _request_tokens(self, messages: Sequence[Mapping[str, Any]], schemas: list[dict[str, Any]]) -> int:
-        """Exact request size, anchored on real usage when the provider already measured a prefix of it."""
-        anchored = self._anchored_tokens(messages)
-        if anchored is not None:
-            return anchored
-        return self._exact_request_tokens(messages, schemas)
+        """The request's size, anchored on real usage when the provider already measured a prefix of it."""
+        return self._meter.request(messages, self.system_prompt, schemas)
 
     def _exact_request_tokens(self, messages: Sequence[Mapping[str, Any]], schemas: list[dict[str, Any]]) -> int:
-        return self.counter.count_request(messages, system=self.system_prompt, tools=schemas,
-                                          message_tokens=self._ledger.sync(messages))
+        return self._meter.exact(messages, self.system_prompt, schemas)
 
     # --- trigger ②: post-response -----------------------------------------------------------------------
 
@@ -386,21 +375,11 @@ class AgentLoop:
                             schemas: list[dict[str, Any]]) -> None:
         usage = completion.usage
         turn.usage.append(usage)
-        # A server that truncates silently (Ollama past num_ctx) says so only through its usage figures; the
-        # exact count is taken only for a report that could be one.
-        watch = self._truncation
-        sent_tokens = self._exact_request_tokens(sent, schemas) if watch.plausible(usage.prompt_tokens) else 0
-        if (served := watch.observe(sent_tokens, usage.prompt_tokens)) is not None:
+        served = self._meter.record(usage, sent, self.system_prompt, schemas, self.engine.threshold_tokens)
+        if served is not None:
+            # A server that truncates silently (Ollama past num_ctx) says so only through its usage figures.
             await self._learn_window(turn, served, LEARNED_TRUNCATION)
         self.engine.update_from_response(usage)
-        if self._anchor is not None and usage.prompt_tokens > 0:
-            grown = self._anchor.appended(sent, self.system_prompt, self.counter)
-            if grown is not None:
-                self._ratio.observe(usage.prompt_tokens - self._anchor.prompt_tokens, grown)
-        if 0 < usage.prompt_tokens < self.engine.threshold_tokens:
-            self._anchor = FitAnchor.of(usage.prompt_tokens, sent, self.system_prompt)
-        elif usage.prompt_tokens:
-            self._anchor = None
 
     async def _learn_window(self, turn: _Turn, tokens: int, source: str) -> None:
         """The server serves ``tokens``: this session's engine, every session on the model (``window``, kept
@@ -468,8 +447,8 @@ class AgentLoop:
         self.engine.set_request_overhead(self.counter.count_tools(self.schemas()))
         counts: dict[str, Any] = {}
         if getattr(self.engine, "accepts_token_counts", False):
-            self._ledger.sync(turn.messages)
-            counts["token_counts"] = [self.counter.count_message(framed[0]), *self._ledger.counts]
+            self._meter.ledger.sync(turn.messages)
+            counts["token_counts"] = [self.counter.count_message(framed[0]), *self._meter.ledger.counts]
         if await before_compaction(self.engine, self.memory, framed, force=force, notices=self.notices,
                                    announce=not turn.told_compacting, **counts):
             turn.told_compacting = True
@@ -491,8 +470,8 @@ class AgentLoop:
             self.system_prompt = str(new.pop(0).get("content") or "")
         turn.messages = [dict(m) for m in new]
         if len(result.token_counts) == len(result.messages):  # the engine counted its output: keep those
-            self._ledger.seed(turn.messages, result.token_counts[len(result.messages) - len(new):])
-        self._anchor = None
+            self._meter.ledger.seed(turn.messages, result.token_counts[len(result.messages) - len(new):])
+        self._meter.forget_anchor()
         self._skip_noticed = False
         old_id = self.session_id
         compaction = Compaction(trigger, result, self.system_prompt, old_id, old_id, len(turn.appended),
