@@ -5,7 +5,8 @@ a middle is never serialized at all) and grouped, oldest first, into parts that 
 The compressor summarizes the parts one after the other, each updating the summary of the ones before it (the
 prompt's PREVIOUS SUMMARY), so the last call's summary covers them all. Messages older than the parts can hold
 are covered by the deterministic static summary, which seeds the first part: every message is summarized,
-at most `MAX_PARTS` calls are paid for.
+at most `MAX_PARTS` calls are paid for (and serialized: a middle of 20K messages costs the serialization of three
+summary windows, not of all of it).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from agent.tokens import TokenCounter
 
 __all__ = ["MAX_PARTS", "SummaryParts", "serialize_parts"]
 
-MAX_PARTS = 4
+MAX_PARTS = 3
 # What a block's "\n\n" separator is budgeted at.
 BLOCK_SEPARATOR_TOKENS = 2
 

@@ -79,11 +79,16 @@ class SummaryJob:
         seed = build_static_summary(self.middle[: parts.older], today=self.today, previous_summary=self.previous)
         return parts, shorten_summary(seed, max(self.budget, previous_tokens), self.counter)
 
-    def request(self, part: str, previous: str | None) -> tuple[str, int]:
-        """(prompt, max_tokens) of one part: prompt and answer within the window (the guard)."""
-        prompt = self.prompt(part, previous)
-        tokens = self.counter.count_text(prompt) + self.counter.count_text(SUMMARIZER_SYSTEM) + _FRAMING
-        return prompt, max(1, min(self.max_tokens, request_room(self.window, tokens)))
+    def request(self, part: str, part_tokens: int, previous: str | None) -> tuple[str, int]:
+        """(prompt, max_tokens) of one part: prompt and answer within the window (the guard).
+
+        The part is the prompt's last text (``prompt(part) == prompt("") + part``), so the prompt's size is its
+        frame's count plus the part's blocks' counts — never a second tokenization of the whole prompt. That
+        sum is a hair above the exact count (a separator may merge with its neighbour): it errs on fitting."""
+        frame = self.prompt("", previous)
+        tokens = (self.counter.count_text(frame) + part_tokens + self.counter.count_text(SUMMARIZER_SYSTEM)
+                  + _FRAMING)
+        return frame + part, max(1, min(self.max_tokens, request_room(self.window, tokens)))
 
 
 async def summarize_in_parts(
@@ -108,7 +113,7 @@ async def summarize_in_parts(
         parts: SummaryParts = carried["parts"]
         if not parts.count:
             raise NoRoom(f"the summary model's window ({job.window:,} tokens) cannot hold a part of the middle")
-        return job.request(parts.parts[index], carried["previous"])
+        return job.request(parts.parts[index], parts.tokens[index], carried["previous"])
 
     index = 0
     while True:

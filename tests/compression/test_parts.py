@@ -25,7 +25,7 @@ def test_a_middle_that_fits_is_one_part() -> None:
 def test_a_larger_middle_is_split_oldest_first_each_part_within_the_limit() -> None:
     middle = _middle(20)  # about 8,300 tokens
     parts = serialize_parts(middle, 3_000, COUNTER)
-    assert parts.count == 3 < MAX_PARTS and parts.older == 0
+    assert parts.count == 3 == MAX_PARTS and parts.older == 0
     assert all(size <= 3_000 and COUNTER.count_text(text) <= size for text, size in zip(parts.parts, parts.tokens,
                                                                                        strict=True))
     joined = "\n\n".join(parts.parts)
