@@ -1,13 +1,13 @@
 """The context window a model is really served with, how Concord knows it, and what it learns later.
 
-At start-up the window is the smallest of what is known: what the server reports (`window_probe`), capped by
-``llm.context_length`` when that is set. A server that does not say leaves the configured value, else a
-window learned earlier (kept per base URL and model across restarts through a `WindowStore` the caller hands
-in), else the model table. While running, the window can only shrink, and it does when the server states a
-smaller one: an overflow error that names it (llama.cpp's ``n_ctx``, "maximum context length is N tokens"),
-or a prompt the server silently truncated (Ollama: ``usage.prompt_tokens`` far below what was sent, twice in
-a row at about the same figure — see `TruncationWatch`). What is learned is stored for the next start and
-logged once.
+At start-up the window is what the server reports (`window_probe`), capped by ``llm.context_length`` when
+that is set. A server that does not say leaves the configured value, else the model table's (or an assumed
+128,000) capped by a window learned earlier (kept per base URL and model across restarts through a
+`WindowStore` the caller hands in). While running, the window can only shrink, and it does when the server
+states a smaller one: an overflow error that names it (llama.cpp's ``n_ctx``, "maximum context length is N
+tokens"), or prompts the server silently truncated (Ollama: ``usage.prompt_tokens`` well below what was sent,
+and staying flat while more is sent — see `TruncationWatch`). What is learned is shared by every session on
+the model, stored for the next start and logged once.
 """
 
 from __future__ import annotations
@@ -85,9 +85,6 @@ class ServedWindow:
     source: str
     key: str = ""
     store: WindowStore | None = None
-    # Whether the figure came from the server or an operator (else it is the table's guess or an assumption,
-    # and the summary model's window is not checked against it).
-    known: bool = True
     _logged: set[int] = field(default_factory=set, repr=False)
 
     async def learn(self, tokens: int, source: str) -> bool:
@@ -98,7 +95,7 @@ class ServedWindow:
         if tokens < MIN_LEARNED_WINDOW:
             log.warning("the server states a window of %s tokens; not believed for other sessions", tokens)
             return False
-        previous, self.tokens, self.source, self.known = self.tokens, tokens, source, True
+        previous, self.tokens, self.source = self.tokens, tokens, source
         if tokens not in self._logged:
             self._logged.add(tokens)
             log.warning("context window lowered from %s to %s tokens (%s)", f"{previous:,}", f"{tokens:,}", source)
@@ -132,8 +129,7 @@ async def resolve_served_window(spec: ProviderSpec, *, store: WindowStore | None
     table = known_context_length(spec.model)
     tokens, source = choose_window(reported=reported, configured=spec.context_length, learned=learned,
                                    table=table, default=DEFAULT_CONTEXT_LENGTH)
-    known = reported is not None or bool(spec.context_length) or (learned is not None and tokens == learned[0])
-    return ServedWindow(tokens, source, key, store, known=known)
+    return ServedWindow(tokens, source, key, store)
 
 
 # A server that truncates reports about the same prompt size call after call while what is sent keeps growing;

@@ -85,12 +85,12 @@ class MemoryStore:
 
 async def test_a_served_window_only_shrinks_is_stored_and_says_so_once(caplog: pytest.LogCaptureFixture) -> None:
     store = MemoryStore()
-    window = ServedWindow(128_000, "Concord's model table", "k", store, known=False)
+    window = ServedWindow(128_000, "Concord's model table", "k", store)
     with caplog.at_level(logging.WARNING):
         assert await window.learn(8_192, LEARNED_OVERFLOW)
         assert not await window.learn(8_192, LEARNED_OVERFLOW)
         assert not await window.learn(16_384, LEARNED_OVERFLOW)
-    assert (window.tokens, window.source, window.known) == (8_192, LEARNED_OVERFLOW, True)
+    assert (window.tokens, window.source) == (8_192, LEARNED_OVERFLOW)
     assert store.kept == {"k": (8_192, LEARNED_OVERFLOW)}
     assert len([r for r in caplog.records if "context window lowered" in r.message]) == 1
     assert window.describe() == "8,192 tokens, learned from the server's overflow error"
@@ -102,8 +102,8 @@ async def test_resolve_asks_the_server_and_falls_back_to_what_was_learned(fake_l
     store.kept[window_key(fake_llm.openai_base_url, "local")] = (6_000, LEARNED_OVERFLOW)
     fake_llm.reports_window = ("llamacpp", 8_192)
     reported = await resolve_served_window(spec, store=store)
-    assert (reported.tokens, reported.known) == (8_192, True) and "llama.cpp /props" in reported.source
+    assert reported.tokens == 8_192 and "llama.cpp /props" in reported.source
     fake_llm.reports_window = None
     learned = await resolve_served_window(spec, store=store)
     assert (learned.tokens, learned.source) == (6_000, LEARNED_OVERFLOW)
-    assert (await resolve_served_window(spec, store=None)).known is False
+    assert (await resolve_served_window(spec, store=None)).source.startswith("assumed")
