@@ -21,7 +21,7 @@ from typing import Any
 
 from agent.compaction_steps import after_compaction, before_compaction, compress_with_progress
 from agent.compression.engine import CompressionResult, ContextEngine
-from agent.compression.threshold import output_reserve
+from agent.compression.threshold import output_reserve, request_room, tool_schema_budget
 from agent.events import (
     EVENT_LLM_RESPONSE,
     EVENT_TOOL_RESULT,
@@ -38,14 +38,24 @@ from agent.events import (
     tool_status,
 )
 from agent.llm.base import Completion, ModelLimits, Provider, Usage
-from agent.llm.errors import LLMError
+from agent.llm.errors import ContextOverflow, LLMError
 from agent.llm.images import ashrink_images_in_messages
+from agent.llm.window import LEARNED_OVERFLOW, LEARNED_TRUNCATION, ServedWindow
 from agent.memory import MemoryProvider
-from agent.recovery import Action, budget_spent_text, no_output_room_text, plan_recovery, still_too_large_text
+from agent.metering import RequestMeter
+from agent.recovery import (
+    Action,
+    budget_spent_text,
+    cut_off_note,
+    no_output_room_text,
+    plan_recovery,
+    still_too_large_text,
+    too_small_window_text,
+)
 from agent.storable import storable, storable_text
-from agent.tokens import TokenCounter, TokenLedger, estimate_request_tokens_rough, get_counter
+from agent.tokens import TokenCounter, estimate_request_tokens_rough, get_counter
 from agent.tools.registry import ToolOutcome, ToolRegistry
-from agent.triggers import FitAnchor, cheap_gate, made_progress, post_response_tokens
+from agent.triggers import cheap_gate, made_progress, post_response_tokens
 from agent.turn import (
     INTERRUPTED_MARK,
     Compaction,
@@ -68,6 +78,11 @@ _DEFAULT_PROTECT_FIRST_N = 3
 _DEFAULT_PROTECT_LAST_N = 20
 # Turns in a row whose overflow recovery failed, after which a turn tries none until a call succeeds.
 _FAILED_RECOVERY_LIMIT = 1
+# The guard asks for a shorter answer only while one of at least this many tokens (or a quarter of the usual
+# reserve, when that is less) still fits; below that the request is not sent.
+_MIN_ANSWER_TOKENS = 256
+# The least a message clipped to fit (its head, tail and the note saying what was cut) takes.
+_MIN_MESSAGE_TOKENS = 128
 
 
 class _Stop(Exception):
@@ -124,6 +139,7 @@ class AgentLoop:
         counter: TokenCounter | None = None,
         config: LoopConfig | None = None,
         temperature: float | None = None,
+        window: ServedWindow | None = None,
     ) -> None:
         self.provider = provider
         self.engine = engine
@@ -131,6 +147,7 @@ class AgentLoop:
         self.session_id = session_id
         self.tools = tools if tools is not None else ToolRegistry()
         self.memory = memory
+        # The configured cap of an answer; None: a share of the engine's window (`output_reserve`).
         self.max_tokens = max_tokens
         self.model = model
         self.notices = notices
@@ -139,13 +156,14 @@ class AgentLoop:
         self.counter = counter or get_counter()
         self.config = config or LoopConfig()
         self.temperature = temperature
+        # The model's served window, shared with every session on it: what a server states is learned there.
+        self.window = window
         # Set by the owner for one turn to stream it (like ``notices``); None: plain requests.
         self.stream: TurnStream | None = None
-        self._anchor: FitAnchor | None = None
         self._skip_noticed = False
-        # Per-message counts of the turn's list: each message is counted once, and a compression is handed
+        # Request sizes as the server counts them; each message is counted once, and a compression is handed
         # the counts instead of re-tokenizing.
-        self._ledger = TokenLedger(self.counter)
+        self._meter = RequestMeter(self.counter)
         # Kept across turns (anti-thrashing for overflow recovery): every call overflowing must not buy a
         # summary call and a "compacting" notice on every turn.
         self._failed_recoveries = 0
@@ -163,9 +181,9 @@ class AgentLoop:
         Cancelling the task mid-turn ends the turn with ``StopReason.CANCELLED`` and a consistent list:
         every tool call the model made has a result (a stub for the ones that did not finish).
         """
-        turn = _Turn([dict(m) for m in messages], self.max_tokens)
+        turn = _Turn([dict(m) for m in messages], self._output_reserve())
         if token_counts is not None:
-            self._ledger.seed(turn.messages, token_counts)
+            self._meter.ledger.seed(turn.messages, token_counts)
         if message is not None:
             turn.append(user_message(message))
         text, error = "", ""
@@ -197,13 +215,19 @@ class AgentLoop:
         for _ in range(self.config.max_iterations):
             self._follow_model(turn)
             await self._preflight(turn)
+            await self._fit(turn)
             completion = await self._call(turn)
             reply = dict(completion.message)
             reply.setdefault("content", None)
-            turn.append(reply)
             calls = completion.tool_calls
+            text = storable_text(completion.text)
+            if not calls and completion.finish_reason == "length":
+                # Never a silent cut: the answer says it stopped at its limit (and the model will see it did).
+                text = f"{text}\n\n{cut_off_note(turn.max_tokens)}" if text else cut_off_note(turn.max_tokens)
+                reply["content"] = text
+            turn.append(reply)
             if not calls:
-                return StopReason.FINAL, storable_text(completion.text)
+                return StopReason.FINAL, text
             await self._run_tools(turn, calls)
             await self._post_response(turn)
         return StopReason.MAX_ITERATIONS, (
@@ -217,17 +241,23 @@ class AgentLoop:
         if limits is None or limits == self._limits:
             return
         if self._limits is not None:
-            self._anchor = None  # real usage another model (another tokenizer) measured
+            self._meter.forget_anchor()  # real usage another model (another tokenizer) measured
         self._limits = limits
-        _use_window(self.engine, limits.context_length, output_reserve(limits.max_tokens, limits.context_length))
-        self.max_tokens = turn.max_tokens = output_reserve(limits.max_tokens, self.engine.context_length)
+        _use_window(self.engine, limits.context_length, limits.max_tokens)
+        self.max_tokens = limits.max_tokens
+        turn.max_tokens = self._output_reserve()
 
     # --- trigger ①: preflight -------------------------------------------------------------------------
+
+    def schemas(self) -> list[dict[str, Any]]:
+        """The tool schemas sent with each request: within a tenth of the window (`ToolRegistry.schemas`)."""
+        window = self.engine.context_length
+        return self.tools.schemas(tool_schema_budget(window) if window else None, self.counter)
 
     async def _preflight(self, turn: _Turn) -> None:
         if not self.config.auto_compress:
             return
-        engine, schemas = self.engine, self.tools.schemas()
+        engine, schemas = self.engine, self.schemas()
         first, last = _protected_counts(engine)
         rough = estimate_request_tokens_rough(turn.messages, system=self.system_prompt, tools=schemas)
         if not cheap_gate(len(turn.messages), rough, engine.threshold_tokens, first, last):
@@ -250,23 +280,52 @@ class AgentLoop:
             if not made_progress(before_n, before_t, len(turn.messages), tokens, self.config.min_progress_ratio):
                 return
 
+    # --- the guard every request passes -------------------------------------------------------------------
+
+    async def _fit(self, turn: _Turn) -> None:
+        """Never send a request larger than the served window less its ``max_tokens`` (and a small margin):
+        compress (escalating), then ask for a shorter answer (which then says it was cut), else stop without
+        sending — at once when the system prompt, pins and tools alone leave no room."""
+        window, schemas = self.engine.context_length, self.schemas()
+        if not window or turn.max_tokens is None:
+            return
+        anchored = self._anchored_tokens(turn.messages)
+        if anchored is None and _defers_to_real_usage(self.engine):
+            return  # R-P1: the server's own count proved this list fits; ours over-counts it
+        estimate = anchored if anchored is not None else 2 * estimate_request_tokens_rough(
+            turn.messages, system=self.system_prompt, tools=schemas)
+        if request_room(window, estimate) >= turn.max_tokens:
+            return  # certainly fits (a rough count errs by well under half): no exact count needed
+        least = min(turn.max_tokens, max(_MIN_ANSWER_TOKENS, turn.max_tokens // 4))
+        if request_room(window, self._exact_request_tokens([], schemas) + _MIN_MESSAGE_TOKENS) < least:
+            # The system prompt and the tools leave no room for a message and an answer: nothing to compress.
+            raise _Stop(too_small_window_text(window))
+        for _ in range(self.config.preflight_passes):
+            tokens = self._request_tokens(turn.messages, schemas)
+            if request_room(window, tokens) >= turn.max_tokens:
+                return
+            result = await self._compress(turn, "guard", tokens)
+            if result.aborted:
+                raise _Stop(aborted_notice(result.reason).text, notified=turn.told_aborted)
+            if not result.compressed:
+                break
+        room = request_room(window, self._request_tokens(turn.messages, schemas))
+        if room >= least:
+            turn.max_tokens = min(turn.max_tokens, room)
+            return
+        framed = [{"role": "system", "content": self.system_prompt}, *turn.messages]
+        raise _Stop(no_output_room_text(can_compress=self.engine.has_content_to_compress(framed)))
+
     def _anchored_tokens(self, messages: Sequence[Mapping[str, Any]]) -> int | None:
-        """Real usage of the request the provider already measured plus the exact size of what came after;
-        None when ``messages`` no longer extends that request."""
-        if self._anchor is None:
-            return None
-        return self._anchor.estimate(messages, self.system_prompt, self.counter)
+        """The server's figure for the request it measured plus what came after (`RequestMeter.anchored`)."""
+        return self._meter.anchored(messages, self.system_prompt)
 
     def _request_tokens(self, messages: Sequence[Mapping[str, Any]], schemas: list[dict[str, Any]]) -> int:
-        """Exact request size, anchored on real usage when the provider already measured a prefix of it."""
-        anchored = self._anchored_tokens(messages)
-        if anchored is not None:
-            return anchored
-        return self._exact_request_tokens(messages, schemas)
+        """The request's size, anchored on real usage when the provider already measured a prefix of it."""
+        return self._meter.request(messages, self.system_prompt, schemas)
 
     def _exact_request_tokens(self, messages: Sequence[Mapping[str, Any]], schemas: list[dict[str, Any]]) -> int:
-        return self.counter.count_request(messages, system=self.system_prompt, tools=schemas,
-                                          message_tokens=self._ledger.sync(messages))
+        return self._meter.exact(messages, self.system_prompt, schemas)
 
     # --- trigger ②: post-response -----------------------------------------------------------------------
 
@@ -276,7 +335,7 @@ class AgentLoop:
         tokens = post_response_tokens(self.engine.last_prompt_tokens)
         if tokens is None:
             # No usage reported: estimate, so a session cannot grow without bound; count exactly to decide.
-            schemas = self.tools.schemas()
+            schemas = self.schemas()
             tokens = estimate_request_tokens_rough(turn.messages, system=self.system_prompt, tools=schemas)
             if tokens >= self.engine.threshold_tokens:
                 tokens = self._exact_request_tokens(turn.messages, schemas)
@@ -296,7 +355,7 @@ class AgentLoop:
 
     async def _call(self, turn: _Turn) -> Completion:
         while True:
-            schemas = self.tools.schemas()
+            schemas = self.schemas()
             sent = list(turn.messages)
             started = time.perf_counter()
             try:
@@ -310,7 +369,7 @@ class AgentLoop:
             self._failed_recoveries = 0
             turn.partial = ""
             self._follow_model(turn)  # another model may have answered: its usage is measured on its window
-            self._record_usage(turn, completion, sent)
+            await self._record_usage(turn, completion, sent, schemas)
             await emit_event(self.events, AgentEvent(EVENT_LLM_RESPONSE, self.session_id, {
                 "usage": completion.usage, "finish_reason": completion.finish_reason, "model": completion.model,
                 "seconds": time.perf_counter() - started}))
@@ -328,14 +387,32 @@ class AgentLoop:
 
         return {"stream": True, "on_text": progress}
 
-    def _record_usage(self, turn: _Turn, completion: Completion, sent: list[dict[str, Any]]) -> None:
+    def _output_reserve(self) -> int | None:
+        """``max_tokens`` for this turn's calls: the configured cap, else a share of the current window."""
+        return output_reserve(self.max_tokens, self.engine.context_length or 0)
+
+    async def _record_usage(self, turn: _Turn, completion: Completion, sent: list[dict[str, Any]],
+                            schemas: list[dict[str, Any]]) -> None:
         usage = completion.usage
         turn.usage.append(usage)
+        served = self._meter.record(usage, sent, self.system_prompt, schemas, self.engine.threshold_tokens)
+        if served is not None:
+            # A server that truncates silently (Ollama past num_ctx) says so only through its usage figures.
+            await self._learn_window(turn, served, LEARNED_TRUNCATION)
         self.engine.update_from_response(usage)
-        if 0 < usage.prompt_tokens < self.engine.threshold_tokens:
-            self._anchor = FitAnchor.of(usage.prompt_tokens, sent, self.system_prompt)
-        elif usage.prompt_tokens:
-            self._anchor = None
+
+    async def _learn_window(self, turn: _Turn, tokens: int, source: str) -> None:
+        """The server serves ``tokens``: this session's engine, every session on the model (``window``, kept
+        across restarts) and this turn's ``max_tokens`` follow."""
+        _lower_context_length(self.engine, tokens)
+        # The window of the model that answered: the chat's own or a fallback's (failover), else the main one.
+        window = self._limits.window if self._limits is not None and self._limits.window is not None \
+            else self.window
+        if window is not None:
+            await window.learn(tokens, source)
+        reserve = self._output_reserve()
+        if reserve is not None and (turn.max_tokens is None or reserve < turn.max_tokens):
+            turn.max_tokens = reserve
 
     async def _recover(self, turn: _Turn, error: LLMError) -> None:
         log.info("LLM call failed (%s: %s); planning recovery", type(error).__name__, error.message)
@@ -345,7 +422,10 @@ class AgentLoop:
             output_shrinks_left=self.config.max_output_shrinks - turn.output_shrinks,
             images_shrunk=turn.images_shrunk > 0)
         if plan.context_length is not None:
-            _lower_context_length(self.engine, plan.context_length)
+            if isinstance(error, ContextOverflow):
+                await self._learn_window(turn, plan.context_length, LEARNED_OVERFLOW)
+            else:
+                _lower_context_length(self.engine, plan.context_length)
         if plan.action is Action.SHRINK_OUTPUT:
             turn.output_shrinks += 1
             turn.max_tokens = plan.max_tokens
@@ -363,7 +443,7 @@ class AgentLoop:
             elif self._failed_recoveries >= _FAILED_RECOVERY_LIMIT:
                 raise _Stop(still_too_large_text())
             turn.compressions_used += 1
-            tokens = self._exact_request_tokens(turn.messages, self.tools.schemas())
+            tokens = self._exact_request_tokens(turn.messages, self.schemas())
             result = await self._compress(turn, "recovery", tokens, force=True)
             if result.aborted:
                 raise _Stop(aborted_notice(result.reason).text, notified=turn.told_aborted)
@@ -387,10 +467,11 @@ class AgentLoop:
 
     async def _compress(self, turn: _Turn, trigger: str, tokens: int, *, force: bool = False) -> CompressionResult:
         framed = [{"role": "system", "content": self.system_prompt}, *turn.messages]
+        self.engine.set_request_overhead(self.counter.count_tools(self.schemas()))
         counts: dict[str, Any] = {}
         if getattr(self.engine, "accepts_token_counts", False):
-            self._ledger.sync(turn.messages)
-            counts["token_counts"] = [self.counter.count_message(framed[0]), *self._ledger.counts]
+            self._meter.ledger.sync(turn.messages)
+            counts["token_counts"] = [self.counter.count_message(framed[0]), *self._meter.ledger.counts]
         if await before_compaction(self.engine, self.memory, framed, force=force, notices=self.notices,
                                    announce=not turn.told_compacting, **counts):
             turn.told_compacting = True
@@ -412,8 +493,8 @@ class AgentLoop:
             self.system_prompt = str(new.pop(0).get("content") or "")
         turn.messages = [dict(m) for m in new]
         if len(result.token_counts) == len(result.messages):  # the engine counted its output: keep those
-            self._ledger.seed(turn.messages, result.token_counts[len(result.messages) - len(new):])
-        self._anchor = None
+            self._meter.ledger.seed(turn.messages, result.token_counts[len(result.messages) - len(new):])
+        self._meter.forget_anchor()
         self._skip_noticed = False
         old_id = self.session_id
         compaction = Compaction(trigger, result, self.system_prompt, old_id, old_id, len(turn.appended),

@@ -21,7 +21,8 @@ from agent.llm.errors import (
     RateLimited,
 )
 
-__all__ = ["Action", "Recovery", "budget_spent_text", "plan_recovery", "still_too_large_text", "user_error_text"]
+__all__ = ["Action", "Recovery", "budget_spent_text", "cut_off_note", "plan_recovery", "still_too_large_text",
+           "too_small_window_text", "user_error_text"]
 
 
 class Action(StrEnum):
@@ -64,6 +65,19 @@ def no_output_room_text(*, can_compress: bool = True) -> str:
 def _advice(can_compress: bool) -> str:
     return ("Run /compress to compact it, or /new to start a fresh session." if can_compress else
             "Use /new to start a fresh session; the history stays stored and searchable.")
+
+
+def cut_off_note(max_tokens: int | None) -> str:
+    """What ends an answer the model stopped at its length limit (``finish_reason: length``)."""
+    limit = f" of {max_tokens:,} tokens" if max_tokens else ""
+    return f"[… the answer was cut off at its length limit{limit} — ask me to continue.]"
+
+
+def too_small_window_text(window: int) -> str:
+    """What the user reads when the system prompt (with pins and tools) leaves the window no room at all."""
+    return (f"⚠️ The model's window of {window:,} tokens has no room for a message and its answer beside the "
+            "system prompt, the pinned rules and the tools, so nothing was sent. Use /new to start over, or serve "
+            "the model with a larger window.")
 
 
 def still_too_large_text() -> str:

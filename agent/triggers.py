@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 from agent.tokens import TokenCounter
 
 __all__ = [
+    "CountRatio",
     "FitAnchor",
     "cheap_gate",
     "made_progress",
@@ -75,13 +77,42 @@ class FitAnchor:
         last = _fingerprint(messages[-1]) if messages else ""
         return cls(prompt_tokens, len(messages), last, system_prompt)
 
-    def estimate(self, messages: Sequence[Mapping[str, Any]], system_prompt: str,
+    def appended(self, messages: Sequence[Mapping[str, Any]], system_prompt: str,
                  counter: TokenCounter) -> int | None:
-        """Real tokens of the anchored prefix plus the exact count of what came after, or None when
-        ``messages`` no longer extends the anchored request (a compaction or edit replaced it)."""
+        """Our exact count of what ``messages`` added to the anchored request, or None when they no longer
+        extend it (a compaction or edit replaced it)."""
         n = self.message_count
         if system_prompt != self.system_prompt or len(messages) < n:
             return None
         if n and _fingerprint(messages[n - 1]) != self.last_fingerprint:
             return None
-        return self.prompt_tokens + counter.count_messages(messages[n:])
+        return counter.count_messages(messages[n:])
+
+    def estimate(self, messages: Sequence[Mapping[str, Any]], system_prompt: str, counter: TokenCounter,
+                 ratio: float = 1.0) -> int | None:
+        """Real tokens of the anchored prefix plus the exact count of what came after (scaled by the server's
+        ``ratio`` of tokens to ours), or None when ``messages`` no longer extends the anchored request."""
+        added = self.appended(messages, system_prompt, counter)
+        return None if added is None else self.prompt_tokens + math.ceil(added * ratio)
+
+
+# What a server's tokenizer and chat template count for one of our tokens is learned from what it reports for
+# the growth between two requests: only over enough growth to mean something, only ever as "more" (a server
+# counting less leaves our count as the safe one), and at most half again.
+_RATIO_MIN_GROWTH = 200
+_RATIO_CEILING = 1.5
+_RATIO_WEIGHT = 0.3
+
+
+@dataclass
+class CountRatio:
+    """The server's tokens per token of ours, so a request near the window's edge is judged in its units."""
+
+    value: float = 1.0
+
+    def observe(self, server_growth: int, our_growth: int) -> None:
+        """A request grew by ``our_growth`` tokens as we count, ``server_growth`` as the server does."""
+        if our_growth < _RATIO_MIN_GROWTH or server_growth <= 0:
+            return
+        sample = min(max(server_growth / our_growth, 1.0), _RATIO_CEILING)
+        self.value += _RATIO_WEIGHT * (sample - self.value)

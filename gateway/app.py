@@ -25,10 +25,17 @@ from rich.progress import Progress as RichProgress
 from adapters.base import Adapter
 from adapters.console import ConsoleAdapter, input_is_empty
 from agent.compression.engine import ContextEngine, resolve_engine_factory
-from agent.compression.threshold import output_reserve
 from agent.llm.base import Provider
 from agent.llm.failover import FailoverProvider, ModelRoute
-from agent.llm.models import build_provider, build_provider_from_spec, context_length_for, resolve_auxiliary
+from agent.llm.models import (
+    ProviderSpec,
+    build_provider,
+    build_provider_from_spec,
+    context_length_for,
+    resolve_auxiliary,
+    spec_from,
+)
+from agent.llm.window import ServedWindow, WindowStore, resolve_served_window
 from agent.memory import FileMemoryProvider, MemoryProvider
 from agent.tokens import get_counter
 from agent.tools.mcp_tools import McpTools
@@ -55,15 +62,18 @@ from gateway.session import SessionManager
 from gateway.stops import LocalStops, RedisStops
 from gateway.store import Store
 from gateway.sweep import SweepReport, expire_idle, print_sweep_report, sweep
+from gateway.windows import StoredWindows
 
 __all__ = [
     "Gateway",
     "SweepSlotTaken",
     "build_adapters",
     "build_runtime",
+    "check_engine",
     "llm_setup_help",
     "main_provider_for",
     "print_sweep_report",
+    "resolve_windows",
     "run_gateway",
     "run_sweep",
     "session_status",
@@ -100,7 +110,8 @@ def llm_setup_help() -> str:
         "              CONCORD_LLM__BASE_URL=http://127.0.0.1:11434/v1 CONCORD_LLM__MODEL=qwen2.5",
         "  vLLM:       vllm serve Qwen/Qwen2.5-7B-Instruct",
         "              CONCORD_LLM__BASE_URL=http://127.0.0.1:8000/v1 CONCORD_LLM__MODEL=Qwen/Qwen2.5-7B-Instruct",
-        "Set CONCORD_LLM__CONTEXT_LENGTH when the model's window is not in Concord's table.",
+        "Concord asks the server which window it serves the model with (vLLM, llama.cpp, Ollama, LM Studio);",
+        "set CONCORD_LLM__CONTEXT_LENGTH for a server that does not say (the smaller of the two is used).",
     ])
 
 
@@ -143,6 +154,18 @@ def _main_route(settings: Settings, provider: Provider) -> ModelRoute:
                       llm.max_tokens)
 
 
+async def _serve_fallback_windows(settings: Settings, chain: FailoverProvider, main: ServedWindow,
+                                  store: WindowStore, *, probe: bool) -> None:
+    """Each configured model's window as its server serves it: the main one's is ``main``; each fallback's is
+    asked of its own server (configured, learned or from the table when it does not say)."""
+    windows = [main]
+    for fallback in settings.llm.fallbacks[: len(chain.routes) - 1]:
+        spec = resolve_auxiliary(settings.llm, fallback)
+        windows.append(await resolve_served_window(spec, store=store, probe=probe))
+        log.info("context window of the fallback %s: %s", fallback.label, windows[-1].describe())
+    chain.serve_windows(windows)
+
+
 def _as_chain(settings: Settings, provider: Provider) -> FailoverProvider:
     """``provider`` as a chain of models (a pre-built one, as tests pass, is the main model alone)."""
     if isinstance(provider, FailoverProvider):
@@ -165,24 +188,60 @@ def summary_deadline_seconds(settings: Settings) -> float:
     return 2 * (settings.auxiliary.compression.timeout_seconds or settings.llm.timeout_seconds)
 
 
-def _engine_factory(settings: Settings, provider: Provider, summary: Provider) -> Callable[[], ContextEngine]:
+def _same_endpoint(a: ProviderSpec, b: ProviderSpec) -> bool:
+    return (a.provider, a.model, a.effective_base_url) == (b.provider, b.model, b.effective_base_url)
+
+
+async def resolve_windows(settings: Settings, store: WindowStore | None = None, *,
+                          probe: bool = True, announce: bool = True) -> tuple[ServedWindow, ServedWindow]:
+    """The windows the main and the summary model are served with (the same object when they are the same
+    model at the same endpoint), each logged once (``announce``) with how it is known."""
+    main_spec = spec_from(settings.llm)
+    aux_spec = resolve_auxiliary(settings.llm, settings.auxiliary.compression)
+    main = await resolve_served_window(main_spec, store=store, probe=probe)
+    summary = main if _same_endpoint(aux_spec, main_spec) else \
+        await resolve_served_window(aux_spec, store=store, probe=probe)
+    if announce:
+        log.info("context window of %s: %s", main_spec.model or "the model", main.describe())
+        if summary is not main:
+            log.info("context window of the summary model %s: %s", aux_spec.model, summary.describe())
+    return main, summary
+
+
+async def check_engine(settings: Settings) -> None:
+    """Build one engine with the windows known without asking any server, so an unknown context.engine or
+    a far too small summary model (R-C9) stops start-up with one line before any request is sent."""
+    window, summary_window = await resolve_windows(settings, probe=False, announce=False)
+    provider = main_provider_for(settings)
+    summary = summary_provider_for(settings, provider)
+    try:
+        _engine_factory(settings, provider, summary, window, summary_window)
+    finally:
+        await provider.aclose()
+        await summary.aclose()
+
+
+def _engine_factory(settings: Settings, provider: Provider, summary: Provider, window: ServedWindow,
+                    summary_window: ServedWindow) -> Callable[[], ContextEngine]:
     llm, comp = settings.llm, settings.compression
-    spec = resolve_auxiliary(settings.llm, settings.auxiliary.compression)
-    window = context_length_for(llm.model, llm.context_length)
-    max_tokens = output_reserve(llm.max_tokens, window)
-    summary_window = context_length_for(spec.model, spec.context_length) if spec.model != llm.model else window
-    kwargs = dict(
-        context_length=window, threshold=comp.threshold, target_ratio=comp.target_ratio,
-        protect_first_n=comp.protect_first_n, protect_last_n=comp.protect_last_n, max_tokens=max_tokens,
-        summary_provider=summary, main_provider=provider, summary_context_length=summary_window,
-        abort_on_summary_failure=comp.abort_on_summary_failure, encoding=llm.encoding, provider_name=llm.provider,
-        model=llm.model, autoraise=comp.autoraise, summary_deadline_seconds=summary_deadline_seconds(settings),
-    )
-    # Resolve and build one engine now, so an unknown context.engine or a far too small summary model
-    # (R-C9) stops start-up with a clear message instead of failing on the first message of every chat.
-    factory = partial(resolve_engine_factory(settings.context.engine), **kwargs)
-    factory()
-    return factory
+    factory = resolve_engine_factory(settings.context.engine)
+
+    def build() -> ContextEngine:
+        # Read at every build: a window learned meanwhile (an overflow error) applies to new sessions too.
+        return factory(
+            context_length=window.tokens, threshold=comp.threshold, target_ratio=comp.target_ratio,
+            protect_first_n=comp.protect_first_n, protect_last_n=comp.protect_last_n,
+            max_tokens=llm.max_tokens, reserve_output=True, summary_provider=summary,
+            main_provider=provider, summary_context_length=summary_window.tokens, summary_window=summary_window,
+            abort_on_summary_failure=comp.abort_on_summary_failure, encoding=llm.encoding,
+            provider_name=llm.provider, model=llm.model, autoraise=comp.autoraise,
+            summary_deadline_seconds=summary_deadline_seconds(settings),
+        )
+
+    # Build one engine now, so an unknown context.engine or a far too small summary model (R-C9) stops
+    # start-up with a clear message instead of failing on the first message of every chat.
+    build()
+    return build
 
 
 def _memory_factory(settings: Settings) -> Callable[[SessionKey, str | None], MemoryProvider]:
@@ -232,29 +291,38 @@ def _limits(settings: Settings) -> LimitBackend:
 
 async def build_runtime(settings: Settings, *, provider: Provider | None = None, store: Store | None = None,
                         locks: LockBackend | None = None, summary_provider: Provider | None = None,
-                        clock: Callable[[], datetime] = utc_now, limits: LimitBackend | None = None) -> Runtime:
-    """Construct the shared dependencies; the store is migrated when this function opens it."""
+                        clock: Callable[[], datetime] = utc_now, limits: LimitBackend | None = None,
+                        probe_windows: bool = True) -> Runtime:
+    """Construct the shared dependencies; the store is migrated when this function opens it.
+
+    ``probe_windows``: ask the LLM servers which windows they serve (False: configured, learned or table only,
+    for commands that only read the store)."""
     provider = _as_chain(settings, provider) if provider is not None else main_provider_for(settings)
     summary_provider = summary_provider or summary_provider_for(settings, provider)
     metrics = Metrics()
     claims, arrivals, redis = _coordination(settings, metrics)
+    store = store or await _open_store(settings)
+    window, summary_window = await resolve_windows(settings, StoredWindows(store.chat_settings),
+                                                   probe=probe_windows and settings.llm.configured)
     # The engine's calls are summaries (its main provider is only a fallback for them): metered here, since
     # only the agent loop's own calls arrive as llm:response events.
+    await _serve_fallback_windows(settings, provider, window, StoredWindows(store.chat_settings),
+                                  probe=probe_windows and settings.llm.configured)
     # Each summary call is charged, as it returns, to whoever caused the compaction (`gateway.limits`).
     new_engine = _engine_factory(settings, MeteredProvider(provider, metrics, charge_summary),
-                                 MeteredProvider(summary_provider, metrics, charge_summary))
+                                 MeteredProvider(summary_provider, metrics, charge_summary), window, summary_window)
     counter = get_counter(settings.llm.encoding)
     worker_id = settings.gateway.worker_id or default_worker_id()
     set_worker(worker_id)  # the same name in every log line as in the delivery ledger and leases
     stops = LocalStops() if redis is None else RedisStops(
         redis, prefix=f"{settings.redis.key_prefix}stop:", worker=worker_id, on_error=metrics.record_lock_error)
     return Runtime(
-        settings=settings, store=store or await _open_store(settings), locks=locks or _locks(settings, metrics),
+        settings=settings, store=store, locks=locks or _locks(settings, metrics),
         provider=provider, counter=counter,
         new_engine=new_engine, new_memory=_memory_factory(settings),
         model=settings.llm.model, engine_name=settings.context.engine, clock=clock, metrics=metrics,
         claims=claims, arrivals=arrivals, redis=redis, worker_id=worker_id,
-        limits=limits or _limits(settings), stops=stops,
+        limits=limits or _limits(settings), stops=stops, window=window, summary_window=summary_window,
         mcp=McpTools([s.spec() for s in settings.tools.mcp_servers], counter=counter)
         if settings.tools.mcp_servers else None,
     )
@@ -458,14 +526,15 @@ async def run_gateway(settings: Settings) -> int:
         if database is not None and settings.redis.url is None:
             ensure_data_dir(database.parent)
             held.enter_context(hold_sqlite_lock(database))
-        runtime = await build_runtime(settings)
+        await check_engine(settings)
+        store = await _open_store(settings)  # a storage problem is reported before the console's input
         adapters = build_adapters(settings)
         if any(isinstance(a, ConsoleAdapter) for a in adapters) and input_is_empty():
             # Under Docker or systemd stdin is /dev/null: a clean exit there would only be restarted, silently.
-            await _close_runtime(runtime)
+            await store.aclose()
             print(NO_PLATFORM_HELP, file=sys.stderr)
             return EXIT_NOT_CONFIGURED
-        return await _serve(Gateway(runtime, adapters))
+        return await _serve(Gateway(await build_runtime(settings, store=store), adapters))
 
 
 async def _close_runtime(rt: Runtime) -> None:
@@ -562,7 +631,7 @@ async def session_status(settings: Settings, store: Store, session_id: str) -> S
     Needs no LLM: the window, thresholds and counts come from the settings and the store.
     """
     rt = await build_runtime(settings, provider=None if settings.llm.configured else _NoProvider(), store=store,
-                             locks=InProcessLocks())
+                             locks=InProcessLocks(), probe_windows=False)
     try:
         record = await store.sessions.require(session_id)
         sessions = SessionManager(rt)

@@ -131,7 +131,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 def _cmd_compress(args: argparse.Namespace) -> int:
     from agent.compression.cli import run_compress_command
-    from gateway.app import summary_provider_for
+    from gateway.app import resolve_windows, summary_provider_for
 
     def summary_provider() -> Provider:
         settings = load_settings()
@@ -140,7 +140,11 @@ def _cmd_compress(args: argparse.Namespace) -> int:
                               "(or CONCORD_AUXILIARY__COMPRESSION__*), or use --summary static")
         return summary_provider_for(settings)
 
-    return run_compress_command(args, provider_factory=summary_provider)
+    async def summary_window() -> int:
+        # Asked of the summary model's server, as the gateway does: a request larger than it serves would fail.
+        return (await resolve_windows(load_settings()))[1].tokens
+
+    return run_compress_command(args, provider_factory=summary_provider, summary_window=summary_window)
 
 
 def _cmd_health(args: argparse.Namespace) -> int:

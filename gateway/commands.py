@@ -156,6 +156,8 @@ class StatusFigures:
     # What the next request will hold before the new message: active messages, system prompt, tool schemas.
     next_request_tokens: int | None = None
     tool_count: int = 0
+    # How the window is known: "reported by the server (llama.cpp /props)", "configured (…)", …
+    window_source: str = ""
 
 
 def _pct(part: int, whole: int) -> str:
@@ -171,6 +173,7 @@ def format_status(s: StatusFigures) -> str:
         *([f"Next request: {s.next_request_tokens:,} / {s.context_length:,} tokens "
             f"({_pct(s.next_request_tokens, s.context_length)}: {s.messages:,} messages, system prompt, "
             f"{s.tool_count} tool schemas)"] if s.next_request_tokens is not None else []),
+        *([f"Window: {s.context_length:,} tokens, {s.window_source}"] if s.window_source else []),
         f"Messages: {s.messages:,}",
         f"Compression threshold: {s.threshold_tokens:,} tokens ({_pct(s.threshold_tokens, s.context_length)})",
         f"Hygiene threshold: {s.hygiene_tokens:,} tokens ({_pct(s.hygiene_tokens, s.context_length)}) "
@@ -411,7 +414,7 @@ def status_figures(sessions: SessionManager, live: LiveSession) -> StatusFigures
     """Collect the /status figures of ``live``."""
     check = hygiene_check(sessions, live)
     engine, last = live.engine, live.last_compaction
-    schemas = live.loop.tools.schemas()
+    schemas = live.loop.schemas()
     return StatusFigures(
         session_id=live.id, tokens=check.tokens, token_source=check.token_source,
         context_length=engine.context_length, threshold_tokens=engine.threshold_tokens,
@@ -422,5 +425,15 @@ def status_figures(sessions: SessionManager, live: LiveSession) -> StatusFigures
         last_compaction_savings=last.savings_pct if last else None,
         pins=len(live.pins), pin_tokens=sum(p.tokens for p in live.pins),
         next_request_tokens=sessions.rt.counter.count_request(live.messages, system=live.system_prompt, tools=schemas),
-        tool_count=len(schemas),
+        tool_count=len(schemas), window_source=_window_source(sessions, engine.context_length),
     )
+
+
+def _window_source(sessions: SessionManager, context_length: int) -> str:
+    """How this session's window is known: the model's, or lowered for this session by an overflow error."""
+    window = sessions.rt.window
+    if window is None:
+        return ""
+    if context_length == window.tokens:
+        return window.source
+    return f"lowered for this session after an overflow error (the model's: {window.describe()})"

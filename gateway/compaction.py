@@ -118,8 +118,9 @@ async def compress_session(
     """
     engine, memory = live.engine, live.memory
     framed = [{"role": "system", "content": live.system_prompt}, *live.messages]
-    counter, held = sessions.rt.counter, live.held_counts
-    tokens = counter.count_request(live.messages, system=live.system_prompt, tools=live.loop.tools.schemas(),
+    counter, held, schemas = sessions.rt.counter, live.held_counts, live.loop.schemas()
+    engine.set_request_overhead(counter.count_tools(schemas))
+    tokens = counter.count_request(live.messages, system=live.system_prompt, tools=schemas,
                                    message_tokens=None if held is None else sum(held))
     # The store's counts go to the engine, so a compression in the gateway never re-tokenizes the session.
     counts = {"token_counts": [counter.count_message(framed[0]), *held]} \
@@ -168,7 +169,7 @@ def hygiene_check(sessions: SessionManager, live: LiveSession) -> HygieneCheck:
     gw = sessions.rt.settings.gateway
     held = live.held_counts
     tokens, source = session_tokens(live.engine.last_prompt_tokens, live.messages, sessions.rt.counter,
-                                    system=live.system_prompt, tools=live.loop.tools.schemas(),
+                                    system=live.system_prompt, tools=live.loop.schemas(),
                                     message_tokens=None if held is None else sum(held))
     return check_hygiene(tokens=tokens, token_source=source, message_count=len(live.messages),
                          context_length=live.engine.context_length, threshold=gw.hygiene_threshold,

@@ -89,6 +89,8 @@ class LLMSettings(BaseModel):
     base_url: str | None = None
     api_key: SecretStr | None = None
     model: str = ""
+    # The model's window. Unset: what its server reports, else learned from the server, else the model table;
+    # set: the smaller of this and the server's report (`agent.llm.window`).
     context_length: int | None = Field(default=None, gt=0, le=MAX_CONTEXT_LENGTH)
     max_tokens: int | None = Field(default=None, gt=0, le=MAX_CONTEXT_LENGTH)
     timeout_seconds: float = Field(default=120.0, gt=0, le=3600)

@@ -101,5 +101,6 @@ def read_history_tool(store: Store, session_id_getter: Callable[[], str]) -> Too
         parameters=parameters,
         handler=handler,
         timeout_s=10.0,
+        priority=2,
         max_result_chars=_MAX_RESULT_CHARS,
     )

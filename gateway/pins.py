@@ -4,9 +4,11 @@ Pins belong to the chat (platform + chat key), not to one session, so they survi
 restarts and — by design — ``/new`` (a chat's standing rules, such as "always answer in French", outlive a
 fresh start; ``/new --unpin`` drops them too). They are one block at the end of the system prompt, which
 compression never summarizes or prunes and which is counted with the prompt in every budget; the block
-changes only when a pin does, so prompt caching keeps working. Limits (``gateway.pins_max_count``,
-``gateway.pins_max_tokens``) are checked when pinning, with a refusal that says which was reached. Secrets
-are never pinned: a pin travels to the model with every message.
+changes only when a pin does, so prompt caching keeps working. Limits (``gateway.pins_max_count``, and
+``gateway.pins_max_tokens`` — but at most a tenth of the model's window, so a small model keeps room for the
+conversation) are checked when pinning, with a refusal that says which was reached. Pins beyond that share
+(the window learned smaller after they were pinned) are left out of the block, which says how many and where
+to see them. Secrets are never pinned: a pin travels to the model with every message.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from agent.compression.redact import redact_secrets
+from agent.compression.threshold import pin_budget
 from agent.tools.registry import Tool
 from gateway.keys import SessionKey
 from gateway.runtime import Runtime
@@ -26,6 +29,7 @@ __all__ = [
     "PIN_TOOL",
     "add_pin",
     "format_pins",
+    "pin_token_limit",
     "pin_tool",
     "pins_block",
     "remove_pin",
@@ -37,11 +41,28 @@ PINS_HEADER = ("Pinned rules of this conversation, set by its users — follow t
                "word for word as written:")
 
 
-def pins_block(pins: Sequence[PinRecord]) -> str:
-    """The pins as the system prompt's last block ('' when there are none)."""
+def pin_token_limit(rt: Runtime) -> int:
+    """Tokens a chat's pins may take: ``gateway.pins_max_tokens``, at most a tenth of the model's window."""
+    limit = rt.settings.gateway.pins_max_tokens
+    return limit if rt.window is None else min(limit, pin_budget(rt.window.tokens))
+
+
+def pins_block(pins: Sequence[PinRecord], max_tokens: int | None = None) -> str:
+    """The pins as the system prompt's last block ('' when there are none): in order, as many as fit
+    ``max_tokens``, with a line saying how many more there are."""
     if not pins:
         return ""
-    return "\n".join([PINS_HEADER, *(f"{p.number}. {p.text}" for p in pins)])
+    shown: list[PinRecord] = []
+    used = 0
+    for pin in pins:
+        if max_tokens is not None and used + pin.tokens > max_tokens:
+            break
+        shown.append(pin)
+        used += pin.tokens
+    lines = [PINS_HEADER, *(f"{p.number}. {p.text}" for p in shown)]
+    if len(shown) < len(pins):
+        lines.append(f"({len(pins) - len(shown)} more pinned rules do not fit the model's window; /pins lists them.)")
+    return "\n".join(lines)
 
 
 def format_pins(pins: Sequence[PinRecord], rt: Runtime) -> str:
@@ -50,7 +71,7 @@ def format_pins(pins: Sequence[PinRecord], rt: Runtime) -> str:
     if not pins:
         return "No pinned rules. Pin one with /pin TEXT."
     used = sum(p.tokens for p in pins)
-    lines = [f"Pinned rules ({len(pins)} of {gw.pins_max_count}, {used:,} of {gw.pins_max_tokens:,} tokens):"]
+    lines = [f"Pinned rules ({len(pins)} of {gw.pins_max_count}, {used:,} of {pin_token_limit(rt):,} tokens):"]
     lines += [f"{p.number}. {p.text}" for p in pins]
     return "\n".join(lines)
 
@@ -67,9 +88,11 @@ async def add_pin(rt: Runtime, key: SessionKey, text: str, by: str | None) -> st
     gw = rt.settings.gateway
     try:
         pin = await rt.store.pins.add(key.platform, key.chat_key, rule, rt.counter.count_text(rule),
-                                      max_count=gw.pins_max_count, max_tokens=gw.pins_max_tokens, by=by)
+                                      max_count=gw.pins_max_count, max_tokens=pin_token_limit(rt), by=by)
     except PinsFull as full:
-        return f"Not pinned: {full}. Remove one with /unpin N (see /pins) or shorten it."
+        why = "" if pin_token_limit(rt) == gw.pins_max_tokens or rt.window is None else \
+            f" (a tenth of the model's {rt.window.tokens:,}-token window)"
+        return f"Not pinned: {full}{why}. Remove one with /unpin N (see /pins) or shorten it."
     return f"Pinned #{pin.number} ({pin.tokens:,} tokens): {pin.text}"
 
 

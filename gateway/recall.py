@@ -89,5 +89,6 @@ def recall_tool(store: Store, session_id_getter: Callable[[], str]) -> Tool:
         parameters=parameters,
         handler=handler,
         timeout_s=10.0,
+        priority=3,
         max_result_chars=_MAX_RESULT_CHARS,
     )

@@ -15,6 +15,7 @@ from redis.asyncio import Redis
 
 from agent.compression.engine import ContextEngine
 from agent.llm.failover import FailoverProvider
+from agent.llm.window import ServedWindow
 from agent.memory import MemoryProvider
 from agent.tokens import TokenCounter
 from agent.tools.mcp_tools import McpTools
@@ -78,3 +79,6 @@ class Runtime:
     mcp: McpTools | None = None
     # Carries /stop to the worker running the turn (in Redis when configured; one worker needs nothing).
     stops: StopRelay = field(default_factory=LocalStops)
+    # The windows the main and the summary model are really served with (None: unknown, the engine's own).
+    window: ServedWindow | None = None
+    summary_window: ServedWindow | None = None

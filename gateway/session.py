@@ -15,7 +15,6 @@ from functools import partial
 from typing import Any
 
 from agent.compression.engine import ContextEngine
-from agent.compression.threshold import output_reserve
 from agent.llm.failover import ChatFailover
 from agent.loop import AgentLoop
 from agent.memory import MemoryProvider
@@ -26,7 +25,7 @@ from gateway.continuity import END_IDLE, continuity_note, previous_idle_session
 from gateway.engine_state import restore_engine_state
 from gateway.history import read_history_tool
 from gateway.keys import SessionKey
-from gateway.pins import pin_tool, pins_block
+from gateway.pins import pin_token_limit, pin_tool, pins_block
 from gateway.prompt import build_system_prompt
 from gateway.recall import recall_tool
 from gateway.runtime import Runtime
@@ -155,6 +154,7 @@ class SessionManager:
             await self._update_pins(live, pins)
             if remember:
                 self._remember(key, live)
+            self._follow_window(live)
             return live
         active = await self.rt.store.messages.load_active(record.id)
         if live is None or live.id != record.id:
@@ -172,7 +172,17 @@ class SessionManager:
         live.messages, live.token_counts, live.watermark = active.messages, active.token_counts, active.watermark
         if remember:
             self._remember(key, live)
+        self._follow_window(live)
         return live
+
+    def _follow_window(self, live: LiveSession) -> None:
+        """A window learned meanwhile (another session's overflow error) applies to this session too: the
+        window of the model this chat's next call goes to (its own, or a fallback while the main one fails)."""
+        planned = live.models.planned() if live.models is not None else None
+        window = planned.window if planned is not None and planned.window is not None else self.rt.window
+        lower = getattr(live.engine, "lower_context_length", None)
+        if window is not None and callable(lower) and window.tokens < live.engine.context_length:
+            lower(window.tokens)
 
     async def reload(self, live: LiveSession) -> None:
         """Re-read the active messages and their watermark."""
@@ -201,7 +211,7 @@ class SessionManager:
         mcp = self.rt.mcp
         untrusted = mcp is not None and mcp.any_allowed(key.platform, key.chat_refs)
         return build_system_prompt(self.rt.settings.gateway.bot_name, key, memory, compacted=compacted,
-                                   persona=persona or self._persona, pins=pins_block(pins),
+                                   persona=persona or self._persona, pins=pins_block(pins, pin_token_limit(self.rt)),
                                    tools_note=UNTRUSTED_NOTE if untrusted else "")
 
     async def refresh_pins(self, live: LiveSession) -> None:
@@ -288,11 +298,10 @@ class SessionManager:
                                     pins=pins)
         loop = AgentLoop(
             provider=models, engine=engine, system_prompt=prompt, session_id=record.id, tools=tools,
-            memory=memory, max_tokens=output_reserve(rt.settings.llm.max_tokens, engine.context_length),
-            counter=rt.counter,
+            memory=memory, max_tokens=rt.settings.llm.max_tokens, counter=rt.counter,
             config=LoopConfig(max_iterations=rt.settings.llm.max_iterations,
                               auto_compress=rt.settings.compression.enabled),
-            temperature=rt.settings.llm.temperature,
+            temperature=rt.settings.llm.temperature, window=rt.window,
         )
         # Registered last (after the loop exists) so it follows the session id through rotations.
         tools.register(recall_tool(rt.store, lambda: loop.session_id))

@@ -46,9 +46,11 @@ class Boundaries:
         return self.head_end >= self.tail_start
 
 
-def anchor_indices(messages: Sequence[Message]) -> frozenset[int]:
-    """Indices that must survive verbatim: the last user message and the last assistant message with text."""
-    found = (last_index(messages, "user"), last_index(messages, "assistant", visible_text=True))
+def anchor_indices(messages: Sequence[Message], keep_last_reply: bool = True) -> frozenset[int]:
+    """Indices that must survive verbatim: the last user message (the live one) and, unless an escalated
+    compression needs the room, the last assistant message with text."""
+    found = (last_index(messages, "user"),
+             last_index(messages, "assistant", visible_text=True) if keep_last_reply else -1)
     return frozenset(i for i in found if i >= 0)
 
 
@@ -117,9 +119,9 @@ def align_backward(messages: Sequence[Message], cut: int, head_end: int) -> int:
     return i if tool_calls_of(messages[i]) else i + 1
 
 
-def protect_anchors(messages: Sequence[Message], cut: int, head_end: int) -> int:
+def protect_anchors(messages: Sequence[Message], cut: int, head_end: int, keep_last_reply: bool = True) -> int:
     """Move the cut earlier so the last user message and last assistant text are in the tail."""
-    for index in anchor_indices(messages):
+    for index in anchor_indices(messages, keep_last_reply):
         if head_end <= index < cut:
             cut = index
     return cut
@@ -134,13 +136,18 @@ def find_boundaries(
     tail_budget: int,
     counter: TokenCounter,
     counts: Sequence[int] | None = None,
+    min_tail: int | None = None,
+    keep_last_reply: bool = True,
 ) -> Boundaries:
     """Head end and tail start for ``messages``; ``Boundaries.empty`` means there is nothing to compress.
 
-    ``counts`` are the messages' token counts when the caller already has them."""
+    ``counts`` are the messages' token counts when the caller already has them. ``min_tail`` and
+    ``keep_last_reply`` are an escalated compression's (`agent.compression.escalation`): fewer messages kept
+    at least, and the reply before the live message no longer protected."""
     head_end = align_forward(messages, head_size(messages, protect_first_n, decayed))
-    min_tail = min_tail_count(len(messages), head_end, protect_last_n)
-    cut = find_tail_cut(messages, head_end, tail_budget, min_tail, counter, counts)
+    floor = min_tail_count(len(messages), head_end, protect_last_n) if min_tail is None else \
+        max(0, min(min_tail, len(messages) - head_end))
+    cut = find_tail_cut(messages, head_end, tail_budget, floor, counter, counts)
     cut = align_backward(messages, cut, head_end)
-    cut = protect_anchors(messages, cut, head_end)
+    cut = protect_anchors(messages, cut, head_end, keep_last_reply)
     return Boundaries(head_end, max(cut, head_end))

@@ -12,12 +12,13 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from agent.compression.compressor import ContextCompressor
 from agent.compression.engine import CompressionResult
+from agent.compression.feasibility import SummaryModelTooSmall
 from agent.compression.threshold import output_reserve
 from agent.llm.base import Provider
 from agent.transcript import MalformedTranscript, read_transcript, read_transcript_file
@@ -27,6 +28,8 @@ __all__ = ["build_parser", "main", "run_compress_command"]
 DEFAULT_CONTEXT_LENGTH = 200_000
 
 ProviderFactory = Callable[[], Provider]
+# The summary model's window as its server serves it (None: unknown, taken to be --context-length).
+WindowFactory = Callable[[], Awaitable[int | None]]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,10 +66,11 @@ def _human_report(result: CompressionResult) -> str:
 
 
 async def _compress(messages: list[dict[str, Any]], opts: argparse.Namespace,
-                    provider: Provider | None) -> CompressionResult:
-    compressor = ContextCompressor(context_length=opts.context_length, threshold=opts.threshold,
-                                   summary_provider=provider, main_provider=None)
+                    provider: Provider | None, summary_window: WindowFactory | None) -> CompressionResult:
     try:
+        window = await summary_window() if provider is not None and summary_window is not None else None
+        compressor = ContextCompressor(context_length=opts.context_length, threshold=opts.threshold,
+                                       summary_provider=provider, main_provider=None, summary_context_length=window)
         return await compressor.compress(messages, focus_topic=opts.focus, force=True)
     finally:
         if provider is not None:
@@ -82,11 +86,13 @@ def run_compress_command(
     args: argparse.Namespace | Sequence[str],
     *,
     provider_factory: ProviderFactory | None = None,
+    summary_window: WindowFactory | None = None,
     stdin: IO[str] | None = None,
     stdout: IO[str] | None = None,
     stderr: IO[str] | None = None,
 ) -> int:
-    """Run ``concord compress``; ``provider_factory`` builds the configured summary model for ``--summary llm``."""
+    """Run ``concord compress``; ``provider_factory`` builds the configured summary model for ``--summary llm``
+    and ``summary_window`` finds the window its server serves it with (every summary request fits it)."""
     stdin, stdout, stderr = stdin or sys.stdin, stdout or sys.stdout, stderr or sys.stderr
     opts = args if isinstance(args, argparse.Namespace) else build_parser().parse_args(list(args))
     if opts.context_length <= 0 or not 0 < opts.threshold <= 1:
@@ -114,7 +120,11 @@ def run_compress_command(
         stderr.write(f"error: cannot read {opts.input}: {error.strerror}\n")
         return 2
     provider = provider_factory() if opts.summary == "llm" and provider_factory is not None else None
-    result = asyncio.run(_compress(messages, opts, provider))
+    try:
+        result = asyncio.run(_compress(messages, opts, provider, summary_window))
+    except SummaryModelTooSmall as error:
+        stderr.write(f"error: {error}\n")
+        return 2
     report_stream = stdout if to_file else stderr
     if to_file:
         try:

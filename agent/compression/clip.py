@@ -5,7 +5,9 @@ a 3,600-token answer of a local 4K model. Sitting in the verbatim tail (it is th
 message), it would be kept by every compression and wedge the session. Such a message keeps its head and its
 tail for the model, with a marker between them saying how much was cut and that the whole text is stored.
 The gateway archives the unclipped original with the compaction, so nothing is lost; the history search tool
-finds its exact text. A clipped message fits the limit, so clipping never repeats on it.
+finds its exact text. A clipped message fits the limit, so clipping never repeats on it. The live message (the
+one being answered) is clipped only when it cannot fit the window beside everything else a request carries
+(`agent.compression.plan.live_limit`): a 38K-token paste reaches a 200K model whole.
 """
 
 from __future__ import annotations
@@ -93,10 +95,12 @@ def _clipped_content(content: Any, limit: int, counter: TokenCounter) -> Any | N
 
 
 def clip_oversized(messages: Sequence[Mapping[str, Any]], limit: int, counter: TokenCounter,
-                   counts: Sequence[int] | None = None) -> ClipResult:
+                   counts: Sequence[int] | None = None, *, live: int = -1, live_limit: int | None = None) -> ClipResult:
     """Every user, assistant or tool message over ``limit`` tokens clipped; system messages are left alone
-    (the system prompt is the operator's). ``counts`` (one per message, when the caller holds them) spare
-    re-tokenizing. The input is never mutated."""
+    (the system prompt is the operator's). The live message (index ``live``, the one being answered) has a
+    limit of its own, ``live_limit``: what the window leaves it beside everything a request must carry — it
+    reaches the model whole whenever it fits there. ``counts`` (one per message, when the caller holds them)
+    spare re-tokenizing. The input is never mutated."""
     out: list[Message] = []
     clipped = 0
     for i, message in enumerate(messages):
@@ -105,8 +109,9 @@ def clip_oversized(messages: Sequence[Mapping[str, Any]], limit: int, counter: T
             out.append(copy)
             continue
         size = counts[i] if counts is not None else counter.count_message(copy)
-        if size > limit:
-            content = _clipped_content(copy.get("content"), limit, counter)
+        cap = live_limit if i == live and live_limit is not None else limit
+        if size > cap:
+            content = _clipped_content(copy.get("content"), cap, counter)
             if content is not None:
                 copy["content"] = content
                 clipped += 1

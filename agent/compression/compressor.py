@@ -3,12 +3,14 @@
 The stages are pure functions in their own modules; this class owns the per-conversation state
 (`CompressorState`) and the order of the pipeline:
 
-    clip (oversized single messages) → guard (R-C0) → prune (R-C1) → boundaries (R-C2)
-        → summary (R-C3/4, R-C8) → assemble (R-C5) → anti-thrash (R-C6)
+    plan (clip, guard R-C0, prune R-C1, boundaries R-C2, summary budget — at the escalation level)
+        → summary (R-C3/4, R-C8; in parts when the middle is larger than the summary window) → shorten
+        → assemble (R-C5) → anti-thrash by escalation (R-C6)
 
 Notes for the agent loop author:
-- ``should_compress(tokens)`` is the trigger: False below ``threshold_tokens`` or after two consecutive
-  ineffective (<10% savings) compressions, until a successful one or ``on_session_reset``.
+- ``should_compress(tokens)`` is the trigger: False below ``threshold_tokens``. Compression is never switched
+  off: a compression that saved less than 10% (or left the request nearly full) makes the next one cut
+  harder (`agent.compression.escalation`), until one helps.
 - After a compression ``last_prompt_tokens`` is -1 ("just compressed, waiting for real usage"); call
   ``update_from_response(usage)`` after every main-model call (only ``prompt_tokens`` is used).
 - ``deferred_to_real_usage`` (R-P1): True once, after a compression, the provider's real ``prompt_tokens`` were
@@ -16,6 +18,8 @@ Notes for the agent loop author:
   (schema-heavy, over-counting) estimate and leave the decision to the post-response check, which uses real
   numbers. It turns False on the next compression, on a report at/over the threshold, or on a call that
   reported no usage.
+- ``set_request_overhead(tokens)``: what every request carries besides its messages (the tool schemas), so
+  a compaction plans its result against the whole request.
 - A compression that aborts (R-C8) returns the messages unchanged with ``aborted=True`` and a ``reason``
   ending in "conversation frozen, run /compress to retry or /new" — show it to the user.
 """
@@ -23,47 +27,49 @@ Notes for the agent loop author:
 from __future__ import annotations
 
 import datetime
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agent.compression.assemble import AssemblyResult, assemble, sanitize_tool_pairs, strip_historical_media
-from agent.compression.boundaries import Boundaries, find_boundaries, head_size, min_tail_count
-from agent.compression.clip import ClipResult, clip_limit, clip_oversized
+from agent.compression.boundaries import Boundaries
+from agent.compression.clip import ClipResult
 from agent.compression.engine import CompressionResult, ContextEngine
+from agent.compression.escalation import STILL_FULL_SHARE
 from agent.compression.evidence import remember_facts
 from agent.compression.fallback import build_static_summary
-from agent.compression.feasibility import feasible_threshold, summary_output_reserve
+from agent.compression.feasibility import SummaryModelTooSmall, feasible_threshold
 from agent.compression.ledger import Ledger, build_ledger, ledger_cap
-from agent.compression.prune import PruneResult, find_prune_boundary, prune_messages
+from agent.compression.plan import CompactionPlan, PlanSettings, select_plan
+from agent.compression.prune import PruneResult
+from agent.compression.shorten import shorten_summary
 from agent.compression.state import CompressorState
-from agent.compression.summarizer import ABORT_WARNING, request_summary, summary_call_allowed
+from agent.compression.summarizer import ABORT_WARNING, SummaryOutcome, summary_call_allowed
 from agent.compression.summary import (
-    SUMMARIZER_SYSTEM,
-    build_summary_prompt,
     derive_focus_topic,
     find_latest_summary,
     format_summary,
-    serialize_newest_within,
-    summary_output_cap,
 )
+from agent.compression.summary_job import SummaryJob, summarize_in_parts
 from agent.compression.threshold import (
     autoraised_threshold_percent,
     compute_threshold_tokens,
     max_summary_tokens,
-    summary_budget,
+    output_reserve,
+    summary_ceiling,
     tail_token_budget,
 )
 from agent.llm.base import Provider, Usage
+from agent.llm.window import LEARNED_OVERFLOW, ServedWindow
 from agent.tokens import get_counter
 
-__all__ = ["INEFFECTIVE_LIMIT", "INEFFECTIVE_SAVINGS", "MIN_GUARD_MESSAGES", "ContextCompressor"]
+__all__ = ["INEFFECTIVE_SAVINGS", "MIN_GUARD_MESSAGES", "ContextCompressor"]
+
+log = logging.getLogger(__name__)
 
 MIN_GUARD_MESSAGES = 4
 INEFFECTIVE_SAVINGS = 0.10
-INEFFECTIVE_LIMIT = 2
-# Chat framing tokens around the summary request's two messages.
-_FRAMING = 16
 
 Messages = list[dict[str, Any]]
 
@@ -94,6 +100,8 @@ class ContextCompressor(ContextEngine):
         autoraise: bool = True,
         wall_clock: Callable[[], float] = time.time,
         summary_deadline_seconds: float | None = None,
+        reserve_output: bool = False,
+        summary_window: ServedWindow | None = None,
     ) -> None:
         if context_length <= 0:
             raise ValueError("context_length must be positive")
@@ -105,7 +113,9 @@ class ContextCompressor(ContextEngine):
         self.target_ratio = target_ratio
         self.protect_first_n = protect_first_n
         self.protect_last_n = protect_last_n
-        self.max_tokens = max_tokens
+        self._configured_max_tokens = max_tokens
+        # True (the gateway): without max_tokens, answers get a share of the window, which follows the window.
+        self._reserve_output = reserve_output
         self.summary_context_length = summary_context_length
         self.abort_on_summary_failure = abort_on_summary_failure
         self.summary_deadline_seconds = summary_deadline_seconds
@@ -122,15 +132,35 @@ class ContextCompressor(ContextEngine):
         # The window and output reserve of the model the engine was built for, and of the one answering now
         # (`use_window`: failover, /model).
         self._home_window = self._model_window = (context_length, max_tokens)
+        # Tokens every request carries besides its messages (tool schemas): the agent says (set_request_overhead).
+        self._overhead = 0
+        # The summary model's served window, shared by every session on it: what its server states is learned.
+        self._summary_window = summary_window
+        self._summary_frame = self._counter.count_text(format_summary(""))
         self._apply_context_length(context_length)
 
     # -- thresholds -------------------------------------------------------------------------------------
 
+    @property
+    def max_tokens(self) -> int | None:
+        """The output reserve: what every answer may take of the window (R-T4)."""
+        if self._reserve_output:
+            return output_reserve(self._configured_max_tokens, self.context_length)
+        return self._configured_max_tokens
+
     def _apply_context_length(self, context_length: int) -> None:
         """Set the window and derive the threshold, lowered to what the summary model can read (R-C9)."""
+        self.context_length = context_length
         configured = compute_threshold_tokens(context_length, self.threshold_percent, self.max_tokens)
         self.threshold_tokens = feasible_threshold(configured, context_length, self.summary_context_length)
-        self.context_length = context_length
+
+    def set_request_overhead(self, tokens: int) -> None:
+        """What every request carries besides its messages (the tool schemas), for planning a compaction."""
+        self._overhead = max(0, int(tokens))
+
+    def _plan_settings(self) -> PlanSettings:
+        return PlanSettings(self.context_length, self.threshold_tokens, self.tail_token_budget, self.protect_first_n,
+                            self.protect_last_n, self.max_tokens or 0, self._overhead, self._summary_frame)
 
     def lower_context_length(self, context_length: int) -> int:
         """Shrink the window (error recovery: the provider stated a smaller one); returns the new threshold."""
@@ -151,7 +181,7 @@ class ContextCompressor(ContextEngine):
         if (context_length, max_tokens) == self._model_window:
             return
         self._model_window = (context_length, max_tokens)
-        self.max_tokens = max_tokens
+        self._configured_max_tokens = max_tokens
         self._apply_context_length(context_length)
 
     @property
@@ -192,7 +222,7 @@ class ContextCompressor(ContextEngine):
 
     @property
     def ineffective_count(self) -> int:
-        """Consecutive compressions that saved less than 10%."""
+        """Compressions in a row that did not help: the escalation level of the next one (R-C6)."""
         return self._state.ineffective_count
 
     @property
@@ -251,11 +281,9 @@ class ContextCompressor(ContextEngine):
     # -- ContextEngine hooks ----------------------------------------------------------------------------
 
     def should_compress(self, prompt_tokens: int | None = None) -> bool:
-        """True at or over the threshold unless anti-thrashing blocks it (R-C6)."""
+        """True at or over the threshold. Never switched off: anti-thrashing escalates instead (R-C6)."""
         tokens = self._state.last_prompt_tokens if prompt_tokens is None else prompt_tokens
-        if max(tokens, 0) < self.threshold_tokens:
-            return False
-        return self._state.ineffective_count < INEFFECTIVE_LIMIT
+        return max(tokens, 0) >= self.threshold_tokens
 
     def update_from_response(self, usage: Usage | None) -> None:
         """Record the real prompt tokens of the last call (completion tokens are ignored: reasoning inflates them)."""
@@ -305,22 +333,18 @@ class ContextCompressor(ContextEngine):
         needs no LLM call (R-C10).
 
         ``token_counts`` as for `compress`."""
-        counts = None if token_counts is None else self._input_counts(messages, token_counts)
-        if self._clip(messages, counts).clipped > 0:
-            return True
-        return self._plan(messages, counts)[1] is not None
+        plan = self._select_plan(messages, self._input_counts(messages, token_counts))
+        return plan.clip.clipped > 0 or plan.bounds is not None
 
     def will_summarize(self, messages: Sequence[Mapping[str, Any]], *, force: bool = False,
                        token_counts: Sequence[int] | None = None) -> bool:
         """True only when compress() would call the summary model now: there is a middle, a summary provider,
-        and no cooldown (unless ``force``). Otherwise it would insert the static summary or abort, unpaid."""
-        allowed = summary_call_allowed(self._state, self._summary_provider, now=self._clock(), force=force)
-        if not allowed:
+        no cooldown (unless ``force``) and no escalation to the static summary. Otherwise it would insert the
+        static summary or abort, unpaid."""
+        if not summary_call_allowed(self._state, self._summary_provider, now=self._clock(), force=force):
             return False
-        held = None if token_counts is None else self._input_counts(messages, token_counts)
-        clip = self._clip(messages, held)
-        counts = None if held is None else self._clipped_counts(messages, clip, held)
-        return self._plan(clip.messages, counts)[1] is not None
+        plan = self._select_plan(messages, self._input_counts(messages, token_counts))
+        return plan.bounds is not None and not plan.escalation.static
 
     # -- the pipeline -----------------------------------------------------------------------------------
 
@@ -331,54 +355,19 @@ class ContextCompressor(ContextEngine):
         # A remembered summary absent from these messages came from another session: drop it.
         self._state.previous_summary = find_latest_summary(messages)
 
-    def _clip(self, messages: Sequence[Mapping[str, Any]], counts: Sequence[int] | None = None) -> ClipResult:
-        tail = min_tail_count(len(messages), 0, self.protect_last_n)
-        return clip_oversized(messages, clip_limit(self.threshold_tokens, tail), self._counter, counts)
+    def _select_plan(self, messages: Sequence[Mapping[str, Any]], counts: Sequence[int],
+                     has_summary: bool | None = None) -> CompactionPlan:
+        """The compaction to make now (see `agent.compression.plan`).
 
-    def _clipped_counts(self, messages: Sequence[Mapping[str, Any]], clip: ClipResult,
-                        token_counts: Sequence[int] | None) -> list[int]:
-        """Counts of ``clip.messages``: the input's, recounted only where clipping replaced the content."""
-        counts = self._input_counts(messages, token_counts)
-        if not clip.clipped:
-            return counts
-        return [count if out.get("content") is src.get("content") else self._counter.count_message(out)
-                for src, out, count in zip(messages, clip.messages, counts, strict=True)]
-
-    def _plan(
-        self, messages: Sequence[Mapping[str, Any]], counts: Sequence[int] | None = None,
-        has_summary: bool | None = None,
-    ) -> tuple[PruneResult | None, Boundaries | None, list[int]]:
-        """Prune + boundaries; (None, None, []) when the guard applies, (pruned, None, …) when there is no middle.
-
-        With ``counts`` (one per message) nothing already counted is counted again, and the third item holds
-        the counts of the pruned list; without them the stages count lazily, only as far as they walk.
-        ``has_summary``: whether ``messages`` hold a handoff summary, when the caller has just looked.
+        ``has_summary``: whether ``messages`` hold a handoff summary, when the caller has just looked. Decided
+        from the messages, not the remembered summary: compress() drops a summary these messages do not
+        contain (R-C7), and has_content_to_compress must predict that compress() exactly (R-C10).
         """
-        # Decided from the messages, not the remembered summary: compress() drops a summary these messages
-        # do not contain (R-C7), and has_content_to_compress must predict that compress() exactly (R-C10).
         if has_summary is None:
             has_summary = find_latest_summary(messages) is not None
         decayed = self._state.compression_count >= 1 or has_summary
-        head = head_size(messages, self.protect_first_n, decayed)
-        if len(messages) <= head + MIN_GUARD_MESSAGES:
-            return None, None, []
-        min_tail = min_tail_count(len(messages), head, self.protect_last_n)
-        protect_from = find_prune_boundary(messages, self.tail_token_budget, min_tail, self._counter, counts)
-        pruned = prune_messages(messages, protect_from)
-        # Pruning replaces only the messages it changes: the others keep their counts.
-        work_counts = [] if counts is None else [
-            c if p is m else self._counter.count_message(p)
-            for p, m, c in zip(pruned.messages, messages, counts, strict=True)]
-        bounds = find_boundaries(
-            pruned.messages,
-            protect_first_n=self.protect_first_n,
-            decayed=decayed,
-            protect_last_n=self.protect_last_n,
-            tail_budget=self.tail_token_budget,
-            counter=self._counter,
-            counts=work_counts if counts is not None else None,
-        )
-        return pruned, None if bounds.empty else bounds, work_counts
+        return select_plan(messages, counts, self._plan_settings(), self._state.ineffective_count, decayed=decayed,
+                           counter=self._counter)
 
     def _unchanged(
         self, messages: Messages, counts: Sequence[int], reason: str, *, aborted: bool = False,
@@ -397,34 +386,6 @@ class ContextCompressor(ContextEngine):
         self._state.last_stats = result.stats()
         return result
 
-    def _summary_prompt(
-        self, middle: Messages, middle_tokens: int, messages: Messages, focus_topic: str | None
-    ) -> tuple[str, int]:
-        """The summary prompt and its ``max_tokens``; the middle is trimmed (oldest first) to the summary window.
-
-        The prompt's size is its frame's count plus the serialized blocks' counts (each block is counted once,
-        as it is kept), never a second tokenization of the whole prompt. That sum is a hair above the exact
-        count (a separator may merge with its neighbour), so ``max_tokens`` errs on the side of fitting.
-        """
-        budget = summary_budget(middle_tokens, self.context_length)
-        focus = focus_topic or derive_focus_topic(messages)
-
-        def build(middle_text: str) -> str:
-            return build_summary_prompt(middle_text, budget=budget, today=self._today(),
-                                        previous_summary=self._state.previous_summary, focus_topic=focus,
-                                        auto_focus=focus_topic is None, kind=self.summary_template)
-
-        # An unknown summary window is taken to be the main one: the summary call must fit the same model.
-        window = self.summary_context_length or self.context_length
-        frame_text = build("")
-        frame = self._counter.count_text(frame_text) + self._counter.count_text(SUMMARIZER_SYSTEM)
-        limit = window - frame - summary_output_reserve(self.context_length)
-        middle_text, middle_text_tokens = serialize_newest_within(middle, max(limit, 1), self._counter)
-        # The serialized middle is the prompt's last part: build(text) == build("") + text.
-        prompt = frame_text + middle_text
-        room = window - frame - middle_text_tokens - _FRAMING
-        return prompt, summary_output_cap(budget, room)
-
     async def compress(
         self,
         messages: Sequence[Mapping[str, Any]],
@@ -439,60 +400,98 @@ class ContextCompressor(ContextEngine):
         savings are exact counts of the message lists, so they compare like with like. ``force`` (manual
         /compress) bypasses summary-model cooldowns. ``token_counts``, one exact count per message (the
         agent's ledger and the store hold them), spare re-tokenizing the input; each message is otherwise
-        counted once, and that one list serves pruning, the tail walk, the summary budget and the totals.
+        counted once, and that one list serves planning, the summary budget and the totals.
         The result's ``token_counts`` are those of its messages.
         """
         original: Messages = [m if isinstance(m, dict) else dict(m) for m in messages]
         self._rehydrate(original)
         counts = self._input_counts(original, token_counts)
         tokens_before = sum(counts)
-        clip = self._clip(original, counts)
-        clip_counts = self._clipped_counts(original, clip, counts)
         # _rehydrate has just looked for a summary in these very messages.
-        pruned, bounds, work_counts = self._plan(clip.messages, clip_counts, self._state.previous_summary is not None)
-        if bounds is None and clip.clipped:
-            return self._commit_clip(original, clip, counts)
-        if pruned is None:
+        plan = self._select_plan(original, counts, self._state.previous_summary is not None)
+        if plan.bounds is None and plan.clip.clipped:
+            return self._commit_clip(original, plan.clip, counts)
+        if plan.pruned is None:
             return self._unchanged(original, counts, "nothing to compress: too few messages")
-        if bounds is None:
+        if plan.bounds is None:
             return self._unchanged(original, counts,
                                    "nothing to compress: everything is in the protected head and tail",
                                    ineffective=True)
-        work = pruned.messages
+        work, bounds = plan.pruned.messages, plan.bounds
         middle = work[bounds.head_end : bounds.tail_start]
-        middle_tokens = sum(work_counts[bounds.head_end : bounds.tail_start])
-        outcome = await request_summary(
-            self._state, summary_provider=self._summary_provider, main_provider=self._main_provider,
-            build_prompt=lambda: self._summary_prompt(middle, middle_tokens, work, focus_topic), now=self._clock(),
-            force=force, abort_on_failure=self.abort_on_summary_failure, deadline_s=self.summary_deadline_seconds,
-        )
+        outcome = await self._summarize(plan, middle, work, focus_topic, force)
         if outcome.abort:
-            if clip.clipped:
-                return self._commit_clip(original, clip, counts)
+            if plan.clip.clipped:
+                return self._commit_clip(original, plan.clip, counts)
             return self._unchanged(original, counts,
                                    f"Context compression aborted ({outcome.reason}): {ABORT_WARNING}", aborted=True)
         kind, failure = ("llm" if outcome.body is not None else "static"), outcome.reason
-        ledger = self._ledger(original, counts, bounds)
-        body = ledger.merge(outcome.body or self._static_body(middle))
-        kept = self._kept_counts(work, work_counts, bounds)
-        assembled, after_counts = self._assemble(work, kept, bounds, body)
-        if sum(after_counts) >= tokens_before and kind == "llm":
-            # A summary longer than what it replaces (a small model rambling to its output cap) is a failed
-            # summary (R-C8): the deterministic one still lets the conversation shrink.
-            kind, failure, body = "static", "the model's summary was longer than the turns it replaced", \
-                ledger.merge(self._static_body(middle))
-            assembled, after_counts = self._assemble(work, kept, bounds, body)
+        if outcome.body is not None:
+            # Paid for: a summary longer than asked (or cut at max_tokens) is shortened, never thrown away.
+            text = shorten_summary(outcome.body, plan.summary_budget, self._counter, cut_off=outcome.cut_off)
+        else:
+            # The static summary has caps of its own, meant for large windows: here it takes at most what any
+            # summary may take in this window.
+            ceiling = summary_ceiling(self.context_length, self.threshold_tokens)
+            text = shorten_summary(self._static_body(middle),
+                                   max(plan.summary_budget, int(ceiling * plan.escalation.summary_share)),
+                                   self._counter)
+        ledger = self._ledger(original, counts, bounds, plan.summary_budget)
+        kept = self._kept_counts(work, plan.work_counts, bounds)
+        assembled, after_counts = self._assemble(work, kept, bounds, ledger.merge(text))
+        if sum(after_counts) >= tokens_before:
+            # Still no shorter than what it replaces (a tiny middle): a summary half as long, then none but the
+            # ledger's facts, before giving up.
+            for share in (0.5, 0.0):
+                text = shorten_summary(text, int(plan.summary_budget * share), self._counter)
+                assembled, after_counts = self._assemble(work, kept, bounds, ledger.merge(text))
+                if sum(after_counts) < tokens_before:
+                    break
         if sum(after_counts) >= tokens_before:
             return self._unchanged(original, counts, "compression would not reduce tokens", ineffective=True)
-        return self._commit(original, assembled.messages, tokens_before, after_counts, bounds, pruned, kind,
-                             failure, body)
+        return self._commit(original, assembled.messages, tokens_before, after_counts, bounds, plan.pruned, kind,
+                            failure, ledger.merge(text))
 
-    def _ledger(self, original: Messages, counts: Sequence[int], bounds: Boundaries) -> Ledger:
+    # -- the summary: in parts, within the summary model's window ---------------------------------------
+
+    async def _summarize(self, plan: CompactionPlan, middle: Messages, work: Messages, focus_topic: str | None,
+                         force: bool) -> SummaryOutcome:
+        """The summary of ``middle`` (None body: the caller writes the static one), learning the summary
+        model's window and asking once more, in smaller parts, when its server refuses a prompt as too long."""
+        if plan.escalation.static:
+            return SummaryOutcome(None, reason="earlier compressions saved too little")
+        outcome = await self._summarize_parts(plan, middle, work, focus_topic, force)
+        if outcome.stated_window is not None:
+            await self._learn_summary_window(outcome.stated_window)
+            outcome = await self._summarize_parts(plan, middle, work, focus_topic, force)
+        return outcome
+
+    async def _learn_summary_window(self, tokens: int) -> None:
+        self.summary_context_length = tokens
+        if self._summary_window is not None:
+            await self._summary_window.learn(tokens, LEARNED_OVERFLOW)
+        try:
+            self._apply_context_length(self.context_length)
+        except SummaryModelTooSmall:  # too small to lower the threshold for: the parts cover the middle
+            log.warning("the summary model's window (%s tokens) is far too small; summarizing in parts", tokens)
+
+    async def _summarize_parts(self, plan: CompactionPlan, middle: Messages, work: Messages,
+                               focus_topic: str | None, force: bool) -> SummaryOutcome:
+        job = SummaryJob(middle, plan.summary_budget, self.summary_context_length or self.context_length,
+                         focus_topic or derive_focus_topic(work), focus_topic is None, self._state.previous_summary,
+                         self._today(), self.summary_template, self._counter)
+        return await summarize_in_parts(job, self._state, summary_provider=self._summary_provider,
+                                        main_provider=self._main_provider, now=self._clock, force=force,
+                                        abort_on_failure=self.abort_on_summary_failure,
+                                        deadline_s=self.summary_deadline_seconds)
+
+    # -- ledger, counts, assembly, commit ---------------------------------------------------------------
+
+    def _ledger(self, original: Messages, counts: Sequence[int], bounds: Boundaries, budget: int) -> Ledger:
         """The evidence ledger of the middle, taken from the unpruned messages (pruning drops error lines)."""
         middle = original[bounds.head_end : bounds.tail_start]
         offset = 1 if original and original[0].get("role") == "system" else 0
         numbers = [self._first_seq + i - offset for i in range(bounds.head_end, bounds.tail_start)]
-        budget = summary_budget(sum(counts[bounds.head_end : bounds.tail_start]), self.context_length)
         return build_ledger(middle, numbers, previous_summary=self._state.previous_summary,
                             cap_tokens=ledger_cap(budget), cost=self._counter.count_text)
 
@@ -511,6 +510,11 @@ class ContextCompressor(ContextEngine):
         tail = zip(work[bounds.tail_start :], counts[bounds.tail_start :], strict=True)
         return {id(m): c for m, c in (*head, *tail)}
 
+    def _helped(self, before: int, after: int) -> bool:
+        """Whether a compression helped: it saved 10% (R-C6) and left room below the threshold for new turns."""
+        saved = 1.0 - after / before if before > 0 else 0.0
+        return saved >= INEFFECTIVE_SAVINGS and after + self._overhead < self.threshold_tokens * STILL_FULL_SHARE
+
     def _commit_clip(self, original: Messages, clip: ClipResult, counts: Sequence[int]) -> CompressionResult:
         """Only clipping changed the list (no middle to summarize, or the summary aborted): keep that."""
         state, before = self._state, sum(counts)
@@ -520,7 +524,7 @@ class ContextCompressor(ContextEngine):
         after = sum(after_counts)
         if after >= before:
             return self._unchanged(original, counts, "compression would not reduce tokens", ineffective=True)
-        state.ineffective_count = 0
+        state.ineffective_count = 0 if self._helped(before, after) else state.ineffective_count + 1
         state.last_prompt_tokens = -1
         state.awaiting_real_usage = True
         state.real_usage_fits = False
@@ -550,8 +554,7 @@ class ContextCompressor(ContextEngine):
     ) -> CompressionResult:
         state = self._state
         after = sum(after_counts)
-        savings = 1.0 - after / before
-        state.ineffective_count = state.ineffective_count + 1 if savings < INEFFECTIVE_SAVINGS else 0
+        state.ineffective_count = 0 if self._helped(before, after) else state.ineffective_count + 1
         state.compression_count += 1
         state.previous_summary = body
         state.last_prompt_tokens = -1

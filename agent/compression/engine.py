@@ -130,6 +130,10 @@ class ContextEngine(ABC):
     def on_session_reset(self) -> None:  # noqa: B027
         """Forget per-session state (``/new``)."""
 
+    def set_request_overhead(self, tokens: int) -> None:  # noqa: B027
+        """Every request carries ``tokens`` besides its messages (the tool schemas the agent sends): an engine
+        planning a compaction's result against the whole request uses it; others ignore it."""
+
     def number_messages(self, first_seq: int) -> None:  # noqa: B027
         """The next ``compress`` call's first non-system message is stored as message number ``first_seq``
         (the rest follow one by one), so a summary can cite the numbers ``read_history`` opens.

@@ -1,15 +1,14 @@
 """R-C9: can the summary model read what the compressor will send it?
 
-The whole middle goes to the summary model in one call. If its window is smaller than what a compression
-at the current threshold produces, the call fails with a context-length error and the middle would be lost
-(or summarized statically). So at start-up the threshold is lowered until the middle fits, and a model so
-small that the threshold would have to fall below a quarter of its normal value (or below 8,000 tokens) is
-refused outright with `SummaryModelTooSmall`.
+A middle larger than the summary model's window is summarized in parts (`agent.compression.parts`), one
+paid call each. To keep that the exception, at start-up the threshold is lowered until a compaction's middle
+fits one call, and a model so small that the threshold would have to fall below a quarter of its normal value
+(or below 8,000 tokens) is refused outright with `SummaryModelTooSmall`.
 """
 
 from __future__ import annotations
 
-from agent.compression.threshold import SUMMARY_FLOOR_TOKENS, max_summary_tokens
+from agent.compression.threshold import summary_ceiling, summary_output_cap
 
 __all__ = [
     "MIN_FEASIBLE_THRESHOLD",
@@ -29,9 +28,9 @@ class SummaryModelTooSmall(ValueError):
     """The summary model's context window is far too small for this main model; configure a bigger one."""
 
 
-def summary_output_reserve(context_length: int) -> int:
-    """Window space kept for the summary's output: twice the maximum summary, room for reasoning tokens."""
-    return 2 * max(max_summary_tokens(context_length), SUMMARY_FLOOR_TOKENS)
+def summary_output_reserve(context_length: int, threshold_tokens: int) -> int:
+    """Window space kept for the summary's output: the ``max_tokens`` of the longest summary ever asked for."""
+    return summary_output_cap(summary_ceiling(context_length, threshold_tokens))
 
 
 def feasible_threshold(threshold_tokens: int, context_length: int, summary_context_length: int | None) -> int:
@@ -41,7 +40,8 @@ def feasible_threshold(threshold_tokens: int, context_length: int, summary_conte
     """
     if summary_context_length is None or summary_context_length >= context_length:
         return threshold_tokens
-    usable = summary_context_length - SUMMARY_PROMPT_OVERHEAD - summary_output_reserve(context_length)
+    usable = summary_context_length - SUMMARY_PROMPT_OVERHEAD - summary_output_reserve(context_length,
+                                                                                        threshold_tokens)
     if usable >= threshold_tokens:
         return threshold_tokens
     floor = max(MIN_FEASIBLE_THRESHOLD, int(threshold_tokens * _MIN_KEPT_FRACTION))

@@ -10,6 +10,8 @@
     all attempts together past ``deadline_s`` ─▶ stopped, a transient failure like the others
     failure + (auth/network flag or abort_on_summary_failure) ─▶ ABORT (messages unchanged)
     any other failure ─▶ the caller inserts the static fallback summary
+    an overflow error stating a smaller window ─▶ no cooldown: the caller learns the window and asks again,
+                                                 in parts that fit it
 A success on the main model makes the main model this session's summary model (no more doomed calls).
 """
 
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 from agent.compression.state import CompressorState
 from agent.compression.summary import SUMMARIZER_SYSTEM, EmptySummary, clean_summary_output
 from agent.llm.base import Provider
-from agent.llm.errors import AuthError, LLMError, NetworkError, RateLimited
+from agent.llm.errors import AuthError, ContextOverflow, LLMError, NetworkError, RateLimited
 from agent.storable import storable_text
 
 __all__ = [
@@ -44,11 +46,16 @@ ABORT_WARNING = "conversation frozen, run /compress to retry or /new"
 
 @dataclass(frozen=True, slots=True)
 class SummaryOutcome:
-    """A summary body, or why there is none and whether the compression must abort."""
+    """A summary body, or why there is none and whether the compression must abort.
+
+    ``cut_off``: the model stopped at ``max_tokens`` (its last line is partial). ``stated_window``: the
+    summary model's server refused the prompt as too long for a window it named, smaller than assumed."""
 
     body: str | None
     abort: bool = False
     reason: str = ""
+    cut_off: bool = False
+    stated_window: int | None = None
 
 
 def same_model(a: Provider, b: Provider) -> bool:
@@ -75,11 +82,11 @@ def _failure(state: CompressorState, reason: str, abort_on_failure: bool) -> Sum
     return SummaryOutcome(None, abort, reason)
 
 
-async def _call(provider: Provider, prompt: str, max_tokens: int) -> str:
+async def _call(provider: Provider, prompt: str, max_tokens: int) -> tuple[str, bool]:
     completion = await provider.complete(
         [{"role": "user", "content": prompt}], system=SUMMARIZER_SYSTEM, max_tokens=max_tokens
     )
-    return storable_text(clean_summary_output(completion.text))
+    return storable_text(clean_summary_output(completion.text)), completion.finish_reason == "length"
 
 
 def summary_call_allowed(state: CompressorState, summary_provider: Provider | None, *, now: float,
@@ -98,13 +105,14 @@ async def request_summary(
     force: bool,
     abort_on_failure: bool,
     deadline_s: float | None = None,
+    window: int | None = None,
 ) -> SummaryOutcome:
     """Run the summary call through the failure tree, updating ``state``'s flags and cooldown.
 
     ``build_prompt`` returns (prompt, max_tokens); it runs only when a call is actually made, since
     serializing and redacting a long middle is the costliest non-LLM step. ``deadline_s`` bounds every
     attempt together (provider retries and the fallback to the main model), so one compaction never holds
-    the chat longer than that.
+    the chat longer than that. ``window``: the summary window the prompt was built for.
     """
     if summary_provider is None:
         state.cooldown_until = now + NO_PROVIDER_COOLDOWN_S
@@ -128,7 +136,13 @@ async def request_summary(
             continue
         try:
             async with asyncio.timeout(left):
-                body = await _call(provider, prompt, max_tokens)
+                body, cut_off = await _call(provider, prompt, max_tokens)
+        except ContextOverflow as error:
+            if error.limit and provider is summary_provider and (window is None or error.limit < window):
+                return SummaryOutcome(None, reason=f"the summary model serves {error.limit:,} tokens",
+                                      stated_window=error.limit)
+            reasons.append(f"{getattr(provider, 'model', '') or 'model'}: {_describe(error)}")
+            continue
         except TimeoutError:
             reasons.append(f"{getattr(provider, 'model', '') or 'model'}: stopped at the {deadline_s:g} s "
                            "compaction deadline")
@@ -144,7 +158,7 @@ async def request_summary(
         state.cooldown_until = 0.0
         if provider is not summary_provider:
             state.fell_back_to_main = True
-        return SummaryOutcome(body)
+        return SummaryOutcome(body, cut_off=cut_off)
     wait = min(max(retry_after or TRANSIENT_COOLDOWN_MIN_S, TRANSIENT_COOLDOWN_MIN_S), TRANSIENT_COOLDOWN_MAX_S)
     state.cooldown_until = now + wait
     return _failure(state, "summary failed — " + "; ".join(reasons), abort_on_failure)

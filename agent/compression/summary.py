@@ -14,7 +14,6 @@ from typing import Any
 
 from agent.compression.messages import Message, content_text, has_image, tool_calls_of
 from agent.compression.redact import redact_secrets
-from agent.tokens import TokenCounter
 
 __all__ = [
     "GROUP_SECTIONS",
@@ -29,12 +28,9 @@ __all__ = [
     "find_latest_summary",
     "format_summary",
     "is_summary_text",
-    "serialize_for_summary",
-    "serialize_newest_within",
-    "serialize_within",
+    "serialize_message",
     "strip_summary",
     "summary_body",
-    "summary_output_cap",
 ]
 
 SUMMARY_PREFIX = (
@@ -71,25 +67,12 @@ SUMMARIZER_SYSTEM = (
 _PER_MESSAGE_HEAD = 4_000
 _PER_MESSAGE_TAIL = 1_500
 _CUT_MARGIN = 1_024
-_OUTPUT_FLOOR = 16_000
-_OUTPUT_BUDGET_FACTOR = 4
 _FOCUS_CHARS = 300
-# What a block's "\n\n" separator is budgeted at.
-_BLOCK_SEPARATOR_TOKENS = 2
 _THINK_RE = re.compile(r"<(think|thinking|reasoning)>.*?</\1>", re.S | re.I)
 
 
 class EmptySummary(ValueError):
     """The summary model returned no usable text (empty, whitespace, or only reasoning)."""
-
-
-def summary_output_cap(budget: int, room: int | None = None) -> int:
-    """``max_tokens`` for the summary call: generous, so reasoning models do not spend it all thinking.
-
-    At least 16,000 or 4× the budget; capped only by ``room`` (what the summary model's window leaves).
-    """
-    cap = max(_OUTPUT_FLOOR, budget * _OUTPUT_BUDGET_FACTOR)
-    return min(cap, room) if room is not None and room > 0 else cap
 
 
 def _clip_middle(text: str) -> str:
@@ -127,46 +110,6 @@ def serialize_message(message: Message) -> str:
         fn = call.get("function") or {}
         parts.append(f"→ call {fn.get('name', '?')}({_clip_middle(str(fn.get('arguments') or ''))})")
     return redact_secrets(f"{header} " + "\n".join(parts))
-
-
-def serialize_for_summary(messages: Sequence[Message]) -> str:
-    """The middle of a transcript as redacted plain text, one block per message."""
-    return "\n\n".join(serialize_message(m) for m in messages)
-
-
-def serialize_within(messages: Sequence[Message], limit_tokens: int | None, counter: TokenCounter) -> str:
-    """Like `serialize_for_summary`, dropping the oldest messages if the text would exceed ``limit_tokens``.
-
-    The newest turns matter most for a handoff; an explicit note records what was left out, so a summary
-    model that is smaller than planned degrades visibly instead of failing with a context-length error.
-    """
-    if limit_tokens is None:
-        return serialize_for_summary(messages)
-    return serialize_newest_within(messages, limit_tokens, counter)[0]
-
-
-def serialize_newest_within(messages: Sequence[Message], limit_tokens: int,
-                            counter: TokenCounter) -> tuple[str, int]:
-    """`serialize_within` with a limit, and the text's size in tokens (the sum of its blocks' counts).
-
-    Messages are serialized, redacted and counted newest first, and only as far as the limit allows: the
-    older ones of a long middle are never serialized at all (at 20K messages most of them do not fit).
-    """
-    kept: list[str] = []
-    used = 0
-    for message in reversed(messages):
-        block = serialize_message(message)
-        cost = counter.count_text(block) + _BLOCK_SEPARATOR_TOKENS
-        if used + cost > limit_tokens and kept:
-            break
-        kept.append(block)
-        used += cost
-    omitted = len(messages) - len(kept)
-    if omitted:
-        note = f"[{omitted:,} earlier messages omitted: too long for the summary model]"
-        kept.append(note)
-        used += counter.count_text(note) + _BLOCK_SEPARATOR_TOKENS
-    return "\n\n".join(kept[::-1]), used
 
 
 # The template for group chats, where the "task" is the conversation itself: who said and decided what.

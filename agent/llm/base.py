@@ -5,7 +5,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # window.py builds on the providers, which build on this module
+    from agent.llm.window import ServedWindow
 
 __all__ = ["Completion", "ModelLimits", "Provider", "TextProgress", "Usage"]
 
@@ -64,6 +67,8 @@ class ModelLimits:
     model: str
     context_length: int
     max_tokens: int | None = None
+    # Where what its server states about the window is learned (shared by every session on the model).
+    window: ServedWindow | None = None
 
 
 class Provider(ABC):

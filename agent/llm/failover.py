@@ -20,6 +20,7 @@ the model its next call goes to (`planned`), so that budgets and compaction foll
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -28,6 +29,7 @@ from typing import Any
 
 from agent.llm.base import Completion, ModelLimits, Provider, TextProgress
 from agent.llm.errors import LLMError, LLMTimeout, ModelNotFound, NetworkError, RateLimited, ServerError
+from agent.llm.window import ServedWindow
 
 __all__ = ["FAILOVER_ERRORS", "ChatFailover", "Cooldowns", "FailoverProvider", "ModelRoute"]
 
@@ -54,11 +56,14 @@ class ModelRoute:
     provider: Provider
     context_length: int
     max_tokens: int | None = None
+    # The window its server really serves, as best known now (`agent.llm.window`); None: ``context_length``.
+    window: ServedWindow | None = None
 
     @property
     def limits(self) -> ModelLimits:
         """The window and output reserve budgets must use while this model answers."""
-        return ModelLimits(self.name, self.context_length, self.max_tokens)
+        tokens = self.window.tokens if self.window is not None else self.context_length
+        return ModelLimits(self.name, tokens, self.max_tokens, self.window)
 
 
 class Cooldowns:
@@ -108,6 +113,11 @@ class FailoverProvider(Provider):
         self.cooldowns = Cooldowns(cooldown_seconds, clock)
         self.name = self.main.provider.name
         self.model = self.main.provider.model
+
+    def serve_windows(self, windows: Sequence[ServedWindow]) -> None:
+        """Give the models, in order, the windows their servers really serve (before any chat uses them)."""
+        self.routes = tuple(dataclasses.replace(route, window=window)
+                            for route, window in zip(self.routes, windows, strict=False))
 
     @property
     def main(self) -> ModelRoute:

@@ -25,6 +25,7 @@ __all__ = [
     "build_provider",
     "build_provider_from_spec",
     "context_length_for",
+    "known_context_length",
     "resolve_auxiliary",
     "spec_from",
 ]
@@ -81,16 +82,22 @@ _OPENAI_COMPATIBLE = {"openai", "openrouter", "ollama", "llamacpp", "vllm", "lms
 _KEY_REQUIRED = {"openai", "openrouter", "anthropic"}
 
 
-def context_length_for(model: str, override: int | None = None, *, default: int = DEFAULT_CONTEXT_LENGTH) -> int:
-    """The context window of ``model``: the override when set, else the longest known prefix, else ``default``.
+def known_context_length(model: str) -> int | None:
+    """The table's window for ``model`` (longest known prefix), None when the table does not know it.
 
     Router prefixes ("anthropic/claude-…", "openai/gpt-4o") and Ollama tags ("llama3.1:8b") are ignored.
+    The table holds a model's nominal window; a local server may serve less (`agent.llm.window`).
     """
-    if override:
-        return int(override)
     name = (model or "").lower().rsplit("/", 1)[-1].split(":", 1)[0]
     best = max((p for p in KNOWN_CONTEXT_LENGTHS if name.startswith(p)), key=len, default=None)
-    return KNOWN_CONTEXT_LENGTHS[best] if best else default
+    return KNOWN_CONTEXT_LENGTHS[best] if best else None
+
+
+def context_length_for(model: str, override: int | None = None, *, default: int = DEFAULT_CONTEXT_LENGTH) -> int:
+    """The context window of ``model``: the override when set, else the table's, else ``default``."""
+    if override:
+        return int(override)
+    return known_context_length(model) or default
 
 
 @dataclass(frozen=True)

@@ -90,4 +90,5 @@ def memory_tool(store: MemoryStore) -> Tool:
         parameters=parameters,
         handler=handler,
         timeout_s=10.0,
+        priority=1,
     )

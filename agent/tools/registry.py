@@ -1,5 +1,10 @@
 """The tool registry: named tools with JSON-Schema parameters, and safe execution of the model's calls.
 
+Every request carries the schemas, so they count against the window: `ToolRegistry.schemas` given a budget
+sends them whole when they fit, else in a compact form (each description's first sentence, no parameter
+descriptions), and drops the tools of lowest ``priority`` first when even that is too much (a 4K model gets
+its history tools, not a tenth of its window in instructions).
+
 Whatever the model sends — arguments that are not JSON, JSON that is not an object, values that break the
 schema, a tool that does not exist — becomes a tool result the model can read and act on, never an
 exception that ends the turn. Each call runs under its tool's timeout and its result is capped in size, so
@@ -18,6 +23,7 @@ from typing import Any
 from agent.compression.redact import redact_secrets
 from agent.jsonlimits import loads_bounded
 from agent.storable import storable
+from agent.tokens import TokenCounter
 from agent.tools.schema import validate
 
 __all__ = [
@@ -56,13 +62,27 @@ class Tool:
     handler: Handler
     timeout_s: float = DEFAULT_TIMEOUT_S
     max_result_chars: int = DEFAULT_MAX_RESULT_CHARS
+    # Which tools a small window keeps: the highest first.
+    priority: int = 0
 
-    def schema(self) -> dict[str, Any]:
-        """The OpenAI function-tool schema sent with each request."""
-        return {
-            "type": "function",
-            "function": {"name": self.name, "description": self.description, "parameters": dict(self.parameters)},
-        }
+    def schema(self, compact: bool = False) -> dict[str, Any]:
+        """The OpenAI function-tool schema sent with each request; ``compact``: the description's first
+        sentence and no parameter descriptions (the names and types are what a call needs)."""
+        description, parameters = self.description, dict(self.parameters)
+        if compact:
+            description = _first_sentence(description)
+            properties = parameters.get("properties")
+            if isinstance(properties, Mapping):
+                parameters["properties"] = {
+                    name: {k: v for k, v in spec.items() if k != "description"} if isinstance(spec, Mapping) else spec
+                    for name, spec in properties.items()}
+        return {"type": "function", "function": {"name": self.name, "description": description,
+                                                 "parameters": parameters}}
+
+
+def _first_sentence(text: str) -> str:
+    end = text.find(". ")
+    return text if end < 0 else text[: end + 1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +121,8 @@ class ToolRegistry:
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
         self._sources: list[ToolSource] = []
+        # Schemas per token budget and set of tools (the window decides the budget; sources come and go).
+        self._within: dict[tuple[int, tuple[str, ...]], list[dict[str, Any]]] = {}
         for tool in tools:
             self.register(tool)
 
@@ -125,6 +147,7 @@ class ToolRegistry:
         if tool.parameters.get("type", "object") != "object":
             raise ValueError(f"tool {tool.name!r}: parameters must be a JSON Schema of type 'object'")
         self._tools[tool.name] = tool
+        self._within.clear()
 
     def add_engine_tools(self, engine: Any, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         """Register the tools a context engine offers (``engine.tools()``), run through ``engine.call_tool``."""
@@ -148,9 +171,24 @@ class ToolRegistry:
         """Tool names: the registered ones in registration order, then the sources'."""
         return list(self._all())
 
-    def schemas(self) -> list[dict[str, Any]]:
-        """Schemas of every tool, for the request (they count toward its size)."""
-        return [tool.schema() for tool in self._all().values()]
+    def schemas(self, budget_tokens: int | None = None, counter: TokenCounter | None = None) -> list[dict[str, Any]]:
+        """Schemas for the request (they count toward its size): every tool's, whole; with a budget, within
+        ``budget_tokens`` as ``counter`` counts them — compact, then without the lowest-priority tools."""
+        tools = self._all()
+        full = [tool.schema() for tool in tools.values()]
+        if budget_tokens is None or counter is None or counter.count_tools(full) <= budget_tokens:
+            return full
+        key = (budget_tokens, tuple(tools))
+        if key not in self._within:
+            kept = list(tools.values())
+            schemas = [tool.schema(compact=True) for tool in kept]
+            while kept and counter.count_tools(schemas) > budget_tokens:
+                drop = min(range(len(kept)), key=lambda i: (kept[i].priority, -i))
+                del kept[drop], schemas[drop]
+            if len(self._within) >= 64:  # sources whose tools keep changing must not grow it without bound
+                self._within.clear()
+            self._within[key] = schemas
+        return self._within[key]
 
     async def execute(self, call: Mapping[str, Any]) -> ToolOutcome:
         """Run one model tool call; every failure becomes an error result, never an exception."""

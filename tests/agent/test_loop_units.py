@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ from agent.llm.errors import (
 from agent.loop import _lower_context_length
 from agent.recovery import Action, Recovery, plan_recovery
 from agent.tokens import get_counter
-from agent.triggers import FitAnchor, cheap_gate, made_progress, post_response_tokens
+from agent.triggers import CountRatio, FitAnchor, cheap_gate, made_progress, post_response_tokens
 from agent.turn import CANCELLED_TOOL_TEXT, close_open_tool_calls, user_message
 from tests.agent.loop_support import KeepTailEngine
 
@@ -62,6 +63,22 @@ def test_fit_anchor_extends_only_the_measured_request() -> None:
     assert anchor.estimate(edited, "sys", counter) is None
     assert anchor.estimate(sent[:1], "sys", counter) is None
     assert FitAnchor.of(3, [], "sys").estimate(later, "sys", counter) == 3 + counter.count_messages(later)
+    # What the server has not seen yet, in its units: our count scaled by the ratio it showed so far.
+    added = counter.count_message(later[-1])
+    assert anchor.estimate(later, "sys", counter, ratio=1.5) == 500 + math.ceil(added * 1.5)
+
+
+def test_the_count_ratio_learns_only_from_enough_growth_and_only_upwards() -> None:
+    ratio = CountRatio()
+    ratio.observe(150, 100)  # too little growth to mean anything (a chat template's framing)
+    assert ratio.value == 1.0
+    ratio.observe(800, 1_000)  # a thriftier tokenizer: our count stays the safe one
+    assert ratio.value == 1.0
+    for _ in range(20):
+        ratio.observe(1_250, 1_000)
+    assert 1.24 < ratio.value <= 1.25
+    ratio.observe(5_000, 1_000)  # never more than half again
+    assert ratio.value <= 1.5
 
 
 def _plan(error: LLMError, **overrides: Any) -> Recovery:

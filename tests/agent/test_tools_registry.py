@@ -185,3 +185,29 @@ def test_validator_rejects(schema: dict[str, Any], value: Any, error: str) -> No
 )
 def test_validator_accepts(schema: dict[str, Any], value: Any) -> None:
     assert validate(schema, value) == []
+
+
+def _tool(name: str, priority: int, words: int = 60) -> Tool:
+    async def handler(args: dict[str, Any]) -> str:
+        return "ok"
+
+    description = f"Do {name}. " + " ".join(f"detail{i}" for i in range(words))
+    parameters = {"type": "object", "properties": {"query": {"type": "string", "description": "what " * words}}}
+    return Tool(name, description, parameters, handler, priority=priority)
+
+
+def test_schemas_within_a_budget_are_compacted_then_the_least_needed_dropped() -> None:
+    from agent.tokens import get_counter
+
+    counter = get_counter()
+    registry = ToolRegistry([_tool("memory", 1), _tool("search_history", 3), _tool("pin", 0)])
+    full = registry.schemas()
+    assert registry.schemas(counter.count_tools(full), counter) == full  # fits: sent whole
+    compact = registry.schemas(counter.count_tools(full) - 1, counter)
+    assert [s["function"]["name"] for s in compact] == ["memory", "search_history", "pin"]
+    assert compact[0]["function"]["description"] == "Do memory."
+    assert "description" not in compact[0]["function"]["parameters"]["properties"]["query"]
+    one = counter.count_tools(compact[1:2])
+    assert [s["function"]["name"] for s in registry.schemas(one, counter)] == ["search_history"]
+    assert registry.schemas(0, counter) == []
+    assert all(counter.count_tools(registry.schemas(b, counter)) <= b for b in (0, one, one * 2, one * 3))

@@ -13,12 +13,14 @@ from gateway.store import Store
 
 
 def _transcript() -> Transcript:
+    # About 25K tokens: compressed in a window of its own size, the summary's budget (and the ledger's cap with
+    # it) is 2,000 tokens, which holds (nearly) every fact; a smaller window gives the ledger less room.
     messages = [{"role": "system", "content": "You are a coding agent."}]
     for i in range(60):
         call = {"id": f"c{i}", "type": "function",
                 "function": {"name": "bash", "arguments": json.dumps({"command": f"pytest tests/test_mod{i}.py"})}}
         messages += [
-            {"role": "user", "content": f"Step {i}: investigate the flaky scheduler number {i} " + "filler " * 30},
+            {"role": "user", "content": f"Step {i}: investigate the flaky scheduler number {i} " + "filler " * 400},
             {"role": "assistant", "content": f"Looking at stage {i}.", "tool_calls": [call]},
             {"role": "tool", "tool_call_id": f"c{i}",
              "content": f"collected 3 items in src/sched/mod{i}.py\nKeyError: 'shard_{i}' while rebalancing cluster{i}\nexit code 1"},

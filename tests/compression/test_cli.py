@@ -122,6 +122,27 @@ async def test_aborted_llm_summary_exits_1(tmp_path: Path, fake_llm: FakeLLMServ
     assert len(_read(tmp_path / "o.jsonl")) == 121
 
 
+async def test_every_summary_request_fits_the_window_the_summary_model_is_served(
+        tmp_path: Path, fake_llm: FakeLLMServer) -> None:
+    # The issue: --summary llm sent 33,863 tokens to a summary model served with 8,192.
+    fake_llm.context_window = 12_000
+    fake_llm.default_text = "## Goal\nfrom the llm"
+    src = _write(tmp_path / "in.jsonl", coding_session(60))  # 33,642 tokens
+
+    async def window() -> int:
+        return 12_000  # what the server reports (gateway.cli asks it, as the gateway does)
+
+    stdout = io.StringIO()
+    code = await asyncio.to_thread(
+        run_compress_command, [str(src), "-o", str(tmp_path / "o.jsonl"), "--context-length", "16000", "--json"],
+        provider_factory=lambda: OpenAICompatProvider(fake_llm.openai_base_url, "sk-x", "m", max_retries=0),
+        summary_window=window, stdout=stdout, stderr=io.StringIO())
+    report = json.loads(stdout.getvalue())
+    assert code == 0 and report["summary_kind"] == "llm"
+    # The threshold was lowered to what the summary model can read (R-C9); every request fits it.
+    assert fake_llm.requests and all(r.prompt_tokens + r.json["max_tokens"] <= 12_000 for r in fake_llm.requests)
+
+
 def test_long_file_shows_progress_on_stderr(tmp_path: Path) -> None:
     messages = coding_session(30) + [user("x" * 2_000) for _ in range(PROGRESS_MIN_BYTES // 2_000)]
     src = _write(tmp_path / "big.jsonl", messages)

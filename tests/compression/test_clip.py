@@ -11,7 +11,7 @@ from agent.compression.cli import run_compress_command
 from agent.compression.clip import clip_limit, clip_oversized, clip_text
 from agent.compression.compressor import ContextCompressor
 from agent.tokens import get_counter
-from tests.compression.helpers import ScriptedProvider, is_clip_of, system, user
+from tests.compression.helpers import ScriptedProvider, assistant, is_clip_of, system, user
 
 COUNTER = get_counter()
 
@@ -49,15 +49,31 @@ def test_the_limit_leaves_room_for_the_whole_minimum_tail() -> None:
 
 
 async def test_a_single_huge_message_is_clipped_though_the_guard_applies() -> None:
-    engine = ContextCompressor(context_length=200_000, summary_provider=ScriptedProvider([]))
+    engine = ContextCompressor(context_length=200_000, max_tokens=8_192, summary_provider=ScriptedProvider([]))
     paste = _prose(300_000)
     messages = [system("You help."), user(paste)]
     assert engine.has_content_to_compress(messages)
     assert not engine.will_summarize(messages)  # no summary call: clipping alone
     result = await engine.compress(messages)
     assert result.compressed and result.summary_kind == "none" and "clipped 1" in result.reason
-    assert result.tokens_after < 30_000 < result.tokens_before
+    # The live message keeps all the window leaves it beside the answer, a summary's room and the margin.
+    assert 140_000 < result.tokens_after < 200_000 - 8_192 - 4_000 < result.tokens_before
     assert is_clip_of(paste, result.messages[-1]["content"])
+
+
+async def test_a_live_message_that_fits_the_window_reaches_the_model_whole() -> None:
+    # 38K tokens in a 200K window (the corpus's swe_django__django-15629 is such a message): never clipped,
+    # although it is more than 30% of the threshold; once it is an old message, it is.
+    engine = ContextCompressor(context_length=200_000, max_tokens=8_192, summary_provider=None)
+    paste = _prose(38_000)
+    chat = [system("You help."), *[m for i in range(12) for m in (user(f"q{i} " + _prose(3_000)),
+                                                                    assistant(f"a{i} " + _prose(3_000)))]]
+    live = [*chat, user(paste)]
+    result = await engine.compress(live, force=True)
+    assert result.compressed and result.messages[-1]["content"] == paste
+    assert result.tokens_after <= engine.threshold_tokens
+    older = await engine.compress([*live, assistant("done"), user("next")], force=True)
+    assert all(m.get("content") != paste for m in older.messages)
 
 
 async def test_a_huge_answer_in_the_tail_is_clipped_while_the_middle_is_summarized() -> None:

@@ -12,13 +12,12 @@ from typing import Any
 import pytest
 
 from agent.compression.messages import content_text
+from agent.compression.parts import serialize_parts
 from agent.compression.redact import redact_secrets
 from agent.compression.summary import (
     SUMMARIZER_SYSTEM,
     derive_focus_topic,
     serialize_message,
-    serialize_newest_within,
-    serialize_within,
     strip_summary,
 )
 from agent.tokens import TokenCounter, TokenLedger, count_key, get_counter
@@ -168,8 +167,8 @@ def test_held_counts_of_the_wrong_length_are_refused() -> None:
 # ----------------------------------------------------------------------------------------- serialization
 
 
-def _trim_oldest_first(blocks: Sequence[str], limit: int, counter: TokenCounter) -> str:
-    """The serialization before issue 15, given every message's block: trimmed oldest first to ``limit``."""
+def _newest_first(blocks: Sequence[str], limit: int, counter: TokenCounter) -> tuple[str, int]:
+    """What a newest-first serialization of ``blocks`` keeps within ``limit``, and how many it leaves out."""
     kept: list[str] = []
     used = 0
     for block in reversed(blocks):
@@ -178,12 +177,10 @@ def _trim_oldest_first(blocks: Sequence[str], limit: int, counter: TokenCounter)
             break
         kept.append(block)
         used += cost
-    omitted = len(blocks) - len(kept)
-    note = [f"[{omitted:,} earlier messages omitted: too long for the summary model]"] if omitted else []
-    return "\n\n".join(note + kept[::-1])
+    return "\n\n".join(kept[::-1]), len(blocks) - len(kept)
 
 
-def test_newest_first_serialization_equals_serializing_everything(corpus_root: Path) -> None:
+def test_newest_first_serialization_keeps_exactly_what_fits(corpus_root: Path) -> None:
     counter = get_counter()
     kinds = ("claude_code", "miniswe", "irc")
     transcripts = [t for t in iter_transcripts(corpus_root, kinds) if len(t.messages) > 40]
@@ -192,13 +189,13 @@ def test_newest_first_serialization_equals_serializing_everything(corpus_root: P
     for transcript in picked:
         middle = transcript.messages[1:-10]
         blocks = [serialize_message(m) for m in middle]
-        full = sum(counter.count_text(b) + 2 for b in blocks)
-        for limit in (1, 300, rng.randrange(301, full), full + 10):
-            text, tokens = serialize_newest_within(middle, limit, counter)
-            assert text == _trim_oldest_first(blocks, limit, counter), (transcript.name, limit)
+        sizes = [counter.count_text(b) + 2 for b in blocks]
+        for limit in (max(sizes), rng.randrange(max(sizes), sum(sizes) + 1), sum(sizes) + 10):
+            parts = serialize_parts(middle, limit, counter, max_parts=1)
+            text, omitted = _newest_first(blocks, limit, counter)
+            assert parts.parts == (text,) and parts.older == omitted, (transcript.name, limit)
             # The block sum is what the prompt is budgeted at: never below the exact count.
-            assert tokens >= counter.count_text(text)
-        assert serialize_within(middle, None, counter) == "\n\n".join(blocks)
+            assert parts.tokens[0] >= counter.count_text(text)
 
 
 def test_only_what_fits_is_serialized(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -208,8 +205,8 @@ def test_only_what_fits_is_serialized(monkeypatch: pytest.MonkeyPatch) -> None:
     real = summary.redact_secrets
     monkeypatch.setattr(summary, "redact_secrets", lambda text: seen.append(text) or real(text))
     middle = [user(f"message {i} " + "word " * 50) for i in range(2_000)]
-    text, _ = serialize_newest_within(middle, 2_000, get_counter())
-    assert text.startswith("[1,9")  # most were left out…
+    parts = serialize_parts(middle, 2_000, get_counter(), max_parts=1)
+    assert parts.older > 1_950  # most were left out of the parts (a static summary covers them)…
     assert len(seen) < 60  # …and never serialized or redacted
 
 

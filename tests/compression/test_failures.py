@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
+from agent.compression.parts import MAX_PARTS
 from agent.compression.summarizer import NO_PROVIDER_COOLDOWN_S
 from agent.llm.errors import AuthError, ContextOverflow, NetworkError, RateLimited, ServerError
 from agent.tokens import get_counter
@@ -140,18 +143,38 @@ async def test_secrets_are_redacted_before_the_call_and_after() -> None:
     assert "LEAKED" not in summary and "hunter22" not in summary and summary.count("[REDACTED]") == 2
 
 
-async def test_middle_is_trimmed_to_the_summary_window() -> None:
-    provider = ScriptedProvider([GOOD])
+async def test_a_middle_larger_than_the_summary_window_is_summarized_in_parts() -> None:
+    provider = ScriptedProvider([f"## Goal\npart {i} summary" for i in range(1, 5)])
     compressor = make_compressor(context_length=60_000, summary_context_length=45_000, summary_provider=provider)
     prose = " ".join(f"detail{k}" for k in range(600))
     messages = [system(), *[m for i in range(100) for m in (user(f"ask {i} {prose}"), assistant(f"reply {i}"))]]
     out = await compressor.compress(messages)
-    assert out.summary_kind == "llm"
-    prompt = provider.calls[0]["messages"][0]["content"]
-    assert "earlier messages omitted: too long for the summary model" in prompt
-    max_tokens = provider.calls[0]["max_tokens"]
-    assert max_tokens >= 2_000
-    assert get_counter().count_text(prompt) + max_tokens <= 45_000, "prompt plus output fit the summary window"
+    assert out.summary_kind == "llm" and "part 3 summary" in out.messages[out.head_end]["content"]
+    prompts = [call["messages"][0]["content"] for call in provider.calls]
+    assert len(prompts) == 3  # about 120K tokens of middle, in parts of under 45K
+    assert all("earlier messages omitted" not in p for p in prompts)
+    # Every message reached a prompt, oldest first; each part updates the summary of the parts before it.
+    assert "[USER] ask 2 detail0" in prompts[0] and "[USER] ask 64 detail0" in prompts[2]
+    assert "PREVIOUS SUMMARY:\n## Goal\npart 1 summary" in prompts[1]
+    for prompt, call in zip(prompts, provider.calls, strict=True):
+        assert get_counter().count_text(prompt) + call["max_tokens"] <= 45_000, "every request fits the window"
+
+
+async def test_what_no_part_can_hold_is_summarized_statically_never_dropped() -> None:
+    provider = ScriptedProvider([f"## Goal\npart {i} summary" for i in range(1, 6)])
+    compressor = make_compressor(context_length=20_000, summary_provider=provider)
+    prose = " ".join(f"detail{k}" for k in range(600))
+    # A session that grew far past its 20K window (a forced /compress): about 180K tokens of middle.
+    messages = [system(), *[m for i in range(150) for m in (user(f"ask {i} {prose}"), assistant(f"reply {i}"))]]
+    out = await compressor.compress(messages, force=True)
+    prompts = [call["messages"][0]["content"] for call in provider.calls]
+    assert len(prompts) == MAX_PARTS and out.summary_kind == "llm"  # at most MAX_PARTS paid calls
+    # The oldest messages seed the first part as a static summary: they are summarized too.
+    previous, turns = prompts[0].split("CONVERSATION TURNS TO SUMMARIZE:")
+    first = int(re.match(r"\[USER\] ask (\d+) detail0", turns.lstrip())[1])
+    assert first > 50  # the parts hold the newest messages…
+    # …and the static summary of the older ones (its snapshot: the last ask before the parts) is their seed.
+    assert f"PREVIOUS SUMMARY:\n## Historical Task Snapshot\nask {first - 1} detail0" in previous
 
 
 async def test_will_summarize_is_true_exactly_when_compress_calls_the_model() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from agent.llm.openai_compat import OpenAICompatProvider
 from tests.compression.helpers import check_invariants, coding_session, make_compressor
 from tests.fakes.llm_server import FakeLLMServer
@@ -23,8 +25,11 @@ async def test_llm_summary_over_http(fake_llm: FakeLLMServer) -> None:
     await provider.aclose()
     assert out.summary_kind == "llm" and "make every test module pass" in out.messages[out.head_end]["content"]
     sent = fake_llm.last_request.json
-    # Generous, but prompt + output fit the summary model's window (unknown here, so the main one: 8,000).
-    assert sent["model"] == "aux-model" and sent["max_tokens"] >= 4_000
+    # The target the prompt asks for, a quarter more; prompt + output fit the summary model's window (unknown
+    # here, so the main one: 8,000).
+    target = int(re.search(r"Target length: about ([\d,]+) tokens", sent["messages"][-1]["content"])[1]
+                 .replace(",", ""))
+    assert sent["model"] == "aux-model" and sent["max_tokens"] == int(target * 1.25)
     assert fake_llm.last_request.prompt_tokens + sent["max_tokens"] <= 8_000
     assert "Historical Task Snapshot" in sent["messages"][-1]["content"]
     check_invariants(messages, out.messages, compressed=True)
@@ -84,10 +89,25 @@ async def test_empty_reply_over_http_is_a_failure(fake_llm: FakeLLMServer) -> No
     assert out.summary_kind == "static" and not out.aborted
 
 
-async def test_summary_window_overflow_over_http_falls_back(fake_llm: FakeLLMServer) -> None:
+async def test_summary_window_overflow_over_http_is_learned_and_asked_again_in_parts(fake_llm: FakeLLMServer) -> None:
+    fake_llm.context_window = 3_000  # smaller than assumed (the main window, 8,000): the server says so
+    fake_llm.default_text = SUMMARY
+    provider = _provider(fake_llm)
+    compressor = make_compressor(summary_provider=provider)
+    out = await compressor.compress(coding_session(40))
+    await provider.aclose()
+    assert compressor.summary_context_length == 3_000
+    assert out.summary_kind == "llm" and "make every test module pass" in out.messages[out.head_end]["content"]
+    first, *retries = fake_llm.requests
+    assert first.prompt_tokens + first.json["max_tokens"] > 3_000 and retries
+    assert all(r.prompt_tokens + r.json["max_tokens"] <= 3_000 for r in retries)
+
+
+async def test_a_summary_window_too_small_for_any_part_falls_back(fake_llm: FakeLLMServer) -> None:
     fake_llm.context_window = 500
     provider = _provider(fake_llm)
     compressor = make_compressor(summary_provider=provider)
     out = await compressor.compress(coding_session(20))
     await provider.aclose()
-    assert out.summary_kind == "static" and "ContextOverflow" in out.reason
+    assert out.summary_kind == "static" and "(500 tokens) cannot hold a part" in out.reason
+    assert len(fake_llm.requests) == 1  # nothing more is sent once the window is known to be too small

@@ -73,7 +73,9 @@ async def test_llm_and_static_summaries_carry_the_same_ledger() -> None:
 
 
 async def test_message_numbers_follow_the_store_and_coverage_spans_iterations() -> None:
-    compressor = make_compressor(summary_provider=ScriptedProvider(["## Goal\none", "## Goal\ntwo"]))
+    # A 32K window: a 2,000-token summary budget, so the cap holds the earlier entries too.
+    compressor = make_compressor(context_length=32_000,
+                                 summary_provider=ScriptedProvider(["## Goal\none", "## Goal\ntwo"]))
     compressor.number_messages(500)
     first = await compressor.compress(coding_session(20))
     body = summary_body(first.messages[first.head_end]["content"])

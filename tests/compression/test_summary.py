@@ -16,13 +16,10 @@ from agent.compression.summary import (
     derive_focus_topic,
     find_latest_summary,
     format_summary,
-    serialize_for_summary,
-    serialize_within,
+    serialize_message,
     strip_summary,
     summary_body,
-    summary_output_cap,
 )
-from agent.tokens import get_counter
 from tests.compression.helpers import assistant, call, user
 
 DAY = datetime.date(2026, 5, 1)
@@ -103,22 +100,6 @@ def test_output_is_cleaned_and_redacted() -> None:
 def test_serialization_redacts_and_marks_old_summaries() -> None:
     messages = [user("my key is sk-proj-ABCDEFGHIJKLMNOPQRST"), call("c1", "bash", {"password": "hunter2xyz"}),
                 user(format_summary("old body") + "\n\ncarry on")]
-    text = serialize_for_summary(messages)
+    text = "\n\n".join(serialize_message(m) for m in messages)
     assert "ABCDEFGHIJ" not in text and "hunter2xyz" not in text
     assert "old body" not in text and "carry on" in text and "→ call bash(" in text
-
-
-def test_serialize_within_drops_oldest_first() -> None:
-    counter = get_counter()
-    messages = [user(f"message number {i} " + "x" * 400) for i in range(10)]
-    full = serialize_within(messages, None, counter)
-    assert "message number 0" in full
-    trimmed = serialize_within(messages, 400, counter)
-    assert "message number 9" in trimmed and "message number 0" not in trimmed
-    assert trimmed.startswith("[") and "earlier messages omitted" in trimmed
-
-
-def test_output_cap_is_never_tiny() -> None:
-    assert summary_output_cap(2_000) == 16_000
-    assert summary_output_cap(10_000) == 40_000
-    assert summary_output_cap(2_000, room=9_000) == 9_000

@@ -4,6 +4,9 @@
     POST /v1/messages           Anthropic Messages (JSON or SSE)
 
 Point an OpenAI-compatible client at ``server.openai_base_url`` and an Anthropic one at ``server.base_url``.
+``reports_window = ("llamacpp" | "vllm" | "ollama" | "lmstudio", tokens)`` also answers that server's own
+window endpoint with ``tokens`` (its real response shape: llama.cpp ``/props``, vLLM ``/v1/models``, Ollama
+``/api/ps``, LM Studio ``/api/v0/models``); every other window endpoint answers 404, as on a real server.
 Each request takes the next scripted item (``reply`` / ``fail`` / ``drop_mid_stream`` / ``raw`` …); when
 the script is empty, ``responder(request_json)`` answers if set, else a plain "ok". Every request is kept in
 ``requests``. Usage is counted from the request with `agent.tokens`, and ``context_window`` makes the server
@@ -111,6 +114,7 @@ class FakeLLMServer:
         self.output_window_errors = True
         self.overflow_style = "openai"
         self.default_text = "ok"
+        self.reports_window: tuple[str, int] | None = None
         self._script: deque[Spec] = deque()
         self._next_delay = 0.0
         self._closing = asyncio.Event()
@@ -123,6 +127,8 @@ class FakeLLMServer:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self._handle_openai)
         app.router.add_post("/v1/messages", self._handle_anthropic)
+        for path in ("/v1/models", "/props", "/api/ps", "/api/v0/models"):
+            app.router.add_get(path, self._window_endpoint)
         self._runner, self.port = await serve_on_loopback(app, access_log=None, shutdown_timeout=0.5)
         return self
 
@@ -226,6 +232,23 @@ class FakeLLMServer:
                 await asyncio.wait_for(self._closing.wait(), timeout=seconds)
             except TimeoutError:
                 pass
+
+    async def _window_endpoint(self, request: web.Request) -> web.StreamResponse:
+        style, tokens = self.reports_window or ("", 0)
+        bodies = {
+            ("llamacpp", "/props"): {"default_generation_settings": {"n_ctx": tokens}, "total_slots": 1},
+            ("vllm", "/v1/models"): {"object": "list", "data": [
+                {"id": "fake-model", "object": "model", "owned_by": "vllm", "max_model_len": tokens}]},
+            ("ollama", "/api/ps"): {"models": [{"name": "fake-model:latest", "model": "fake-model:latest",
+                                                "context_length": tokens}]},
+            ("lmstudio", "/api/v0/models"): {"object": "list", "data": [
+                {"id": "fake-model", "state": "loaded", "max_context_length": 131_072,
+                 "loaded_context_length": tokens}]},
+        }
+        body = bodies.get((style, request.path))
+        if body is None:
+            return web.json_response({"error": {"message": "File Not Found", "code": 404}}, status=404)
+        return web.json_response(body)
 
     async def _handle_openai(self, request: web.Request) -> web.StreamResponse:
         return await self._handle("openai", request)

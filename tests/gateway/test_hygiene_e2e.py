@@ -74,18 +74,25 @@ async def test_hygiene_skips_cleanly_when_the_compression_lock_is_held(gateway_f
     assert await gateway.rt.store.compactions.history(session_id) == []
 
 
-async def test_hygiene_skips_when_the_engine_is_blocked_by_anti_thrashing(gateway_factory: GatewayFactory,
-                                                                          fake_llm: FakeLLMServer) -> None:
+async def test_after_a_restart_an_escalated_engine_compresses_harder_never_not_at_all(
+        gateway_factory: GatewayFactory, fake_llm: FakeLLMServer) -> None:
     from gateway.store import EngineState
 
     gateway, adapter = await gateway_factory()
     session_id = await bulk_session(gateway, "dm:c1", chatter(400, words=60))
+    # Two compressions that did not help were stored before the restart: that is a level, not "off".
     await gateway.rt.store.sessions.save_engine_state(
         session_id, EngineState(last_prompt_tokens=180_000, ineffective_count=2))
     kinds = answer_by_kind(fake_llm)
     await adapter.say("go")
-    assert "summary" not in kinds
-    assert await gateway.rt.store.compactions.history(session_id) == []
+    assert kinds == ["summary", "chat"]
+    [compaction] = await gateway.rt.store.compactions.history(session_id)
+    assert compaction.reason == REASON_TOKENS
+    record = await gateway.rt.store.sessions.require(session_id)
+    assert record.engine.ineffective_count == 0  # it helped: back to the configured tail
+    # Level 2: the tail is the last user message on (the protected head, 3 messages, stays).
+    active = (await gateway.rt.store.messages.load_active(session_id)).messages
+    assert SUMMARY_MARKER in str(active[3]) and len(active) <= 3 + 1 + 2 + 2  # head, summary, tail, the turn
 
 
 async def test_hygiene_during_a_summary_cooldown_compresses_without_announcing_a_summary_call(

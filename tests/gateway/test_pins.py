@@ -161,3 +161,24 @@ async def test_a_pin_made_by_another_worker_is_picked_up(gateway_factory: Gatewa
     await adapter.say("and again")
     assert system_of(fake_llm.requests[-1]) == system_of(fake_llm.requests[-2])  # byte-stable for caching
 
+
+
+async def test_a_small_window_keeps_pins_to_a_tenth_of_it(gateway_factory: GatewayFactory,
+                                                           fake_llm: FakeLLMServer) -> None:
+    gateway, adapter = await gateway_factory(llm={"context_length": 4_096})
+    rule = "Always answer in French, " + "and keep it short, " * 45
+    tokens = gateway.rt.counter.count_text(rule.strip())
+    assert 205 < tokens < 409  # one fits a tenth of 4,096 tokens, two do not
+    await adapter.say(f"/pin {rule}")
+    assert adapter.texts()[-1].startswith("Pinned #1")
+    await adapter.say(f"/pin {rule} again")
+    assert "over the limit of 409" in adapter.texts()[-1] and "a tenth of the model's 4,096-token window" in \
+        adapter.texts()[-1]
+    # Pins taken when the window was larger (another worker, an older setting) are left out of the prompt
+    # past that share, and the prompt says so.
+    await gateway.rt.store.pins.add("discord", "dm:c1", rule + " too", tokens, max_count=20, max_tokens=2_000)
+    fake_llm.reply("d'accord")
+    await adapter.say("bonjour")
+    system = system_of(fake_llm.last_request)
+    assert "1. Always answer in French" in system and "\n2. " not in system
+    assert "(1 more pinned rules do not fit the model's window; /pins lists them.)" in system

@@ -24,6 +24,7 @@ import pytest
 from agent.compression.compressor import ContextCompressor
 from agent.llm.errors import ContextOverflow
 from agent.llm.openai_compat import OpenAICompatProvider
+from agent.llm.window_probe import probe_served_window
 
 N_CTX = 2048
 SERVER = Path(__file__).with_name("llama_server.py")
@@ -121,3 +122,27 @@ async def test_a_real_model_summary_compresses_a_conversation(llama_url: str) ->
     assert result.tokens_after < result.tokens_before
     assert result.messages[0] == {**messages[0], "content": result.messages[0]["content"]}
     assert result.messages[-1] == messages[-1] and result.messages[-2] == messages[-2]
+
+
+async def test_the_window_the_server_really_serves_is_found(llama_url: str) -> None:
+    # The model's GGUF says 8,192 (n_ctx_train); the server serves --ctx-size, and says so.
+    report = await probe_served_window(llama_url, "any-name")
+    assert report is not None and report.tokens == N_CTX
+
+
+async def test_the_gateway_starts_with_the_window_the_server_serves(llama_url: str, tmp_path: Path) -> None:
+    # No llm.context_length and a model name no table knows: without asking, Concord would assume 128,000.
+    from gateway.app import build_runtime
+    from gateway.config import load_settings
+
+    settings = load_settings(llm={"base_url": llama_url, "model": "local"}, storage={"data_dir": str(tmp_path)},
+                             gateway={"sweep_cron": None})
+    runtime = await build_runtime(settings)
+    try:
+        assert runtime.window is not None and runtime.window.tokens == N_CTX
+        assert runtime.window.source.startswith("reported by the server (llama.cpp")
+        engine = runtime.new_engine()
+        assert (engine.context_length, engine.threshold_tokens) == (N_CTX, 1_305)
+    finally:
+        await runtime.provider.aclose()
+        await runtime.store.aclose()
