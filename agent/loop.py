@@ -39,6 +39,7 @@ from agent.events import (
 )
 from agent.llm.base import Completion, ModelLimits, Provider, Usage
 from agent.llm.errors import ContextOverflow, LLMError
+from agent.llm.failover import Rerouted
 from agent.llm.images import ashrink_images_in_messages
 from agent.llm.window import LEARNED_OVERFLOW, LEARNED_TRUNCATION, ServedWindow
 from agent.memory import MemoryProvider
@@ -362,6 +363,11 @@ class AgentLoop:
                 completion = await self.provider.complete(
                     sent, system=self.system_prompt, tools=schemas or None, max_tokens=turn.max_tokens,
                     model=self.model, temperature=self.temperature, **self._streaming(turn))
+            except Rerouted:
+                turn.partial = ""
+                self._follow_model(turn)  # the model the call now goes to: its window, its output reserve
+                await self._fit(turn)
+                continue
             except LLMError as error:
                 turn.partial = ""
                 await self._recover(turn, error)

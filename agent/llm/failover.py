@@ -31,7 +31,7 @@ from agent.llm.base import Completion, ModelLimits, Provider, TextProgress
 from agent.llm.errors import LLMError, LLMTimeout, ModelNotFound, NetworkError, RateLimited, ServerError
 from agent.llm.window import ServedWindow
 
-__all__ = ["FAILOVER_ERRORS", "ChatFailover", "Cooldowns", "FailoverProvider", "ModelRoute"]
+__all__ = ["FAILOVER_ERRORS", "ChatFailover", "Cooldowns", "FailoverProvider", "ModelRoute", "Rerouted"]
 
 log = logging.getLogger(__name__)
 
@@ -160,16 +160,22 @@ class FailoverProvider(Provider):
     async def complete_via(self, preferred: ModelRoute, messages: Sequence[Mapping[str, Any]], *,
                            system: str | None = None, tools: Sequence[Mapping[str, Any]] | None = None,
                            max_tokens: int | None = None, stream: bool = False, temperature: float | None = None,
-                           on_text: TextProgress | None = None
+                           on_text: TextProgress | None = None, reroute: bool = False
                            ) -> tuple[Completion, ModelRoute, LLMError | None]:
         """Try the models in `order` until one answers; return its completion, the model that answered and
         the failure of ``preferred`` when another one answered in its place.
 
         A failure outside `FAILOVER_ERRORS` is raised as it is; when every model failed, the preferred
-        model's failure is raised (the others are in the log)."""
+        model's failure is raised (the others are in the log). With ``reroute`` (the agent loop, which sized
+        the request for the first model it goes to), a next model with other limits is not sent that request:
+        `Rerouted` is raised instead, and the caller sizes the request for it (it is the one `planned` now
+        names, the failed one being in its cooldown)."""
         first: LLMError | None = None
         candidates = self.order(preferred)
         for index, route in enumerate(candidates):
+            if reroute and index > 0 and route.limits != candidates[0].limits:
+                assert first is not None  # only a failure moves on to the next model
+                raise Rerouted(route.name, first)
             try:
                 completion = await route.provider.complete(
                     messages, system=system, tools=tools, max_tokens=max_tokens, stream=stream,
@@ -198,6 +204,16 @@ class FailoverProvider(Provider):
             await route.provider.aclose()
 
 
+class Rerouted(LLMError):
+    """The call failed over to a model with another window or output reserve: size the request for it (the
+    model `planned` names now) and call again. Not a failure of the conversation; ``failure`` is what the
+    model before it raised."""
+
+    def __init__(self, route: str, failure: LLMError) -> None:
+        super().__init__(f"failed over to {route}, whose window differs", provider=route)
+        self.failure = failure
+
+
 class ChatFailover(Provider):
     """One conversation's view of a `FailoverProvider`: its preferred model, and the fallback episode.
 
@@ -213,6 +229,8 @@ class ChatFailover(Provider):
         self.answered_by: ModelRoute | None = None
         self._told: ModelRoute | None = None
         self._notice: str | None = None
+        # What made the last call move on to another model, when the caller sized the request again for it.
+        self._rerouted_by: LLMError | None = None
 
     def planned(self) -> ModelLimits:
         """The limits of the model this chat's next call goes to (the preferred one unless it is cooling down)."""
@@ -223,9 +241,14 @@ class ChatFailover(Provider):
                        model: str | None = None, stream: bool = False, temperature: float | None = None,
                        on_text: TextProgress | None = None) -> Completion:
         """Complete through the chain, preferred model first (``model`` is ignored), and note the episode."""
-        completion, route, failure = await self.chain.complete_via(
-            self.preferred, messages, system=system, tools=tools, max_tokens=max_tokens, stream=stream,
-            temperature=temperature, on_text=on_text)
+        try:
+            completion, route, failure = await self.chain.complete_via(
+                self.preferred, messages, system=system, tools=tools, max_tokens=max_tokens, stream=stream,
+                temperature=temperature, on_text=on_text, reroute=True)
+        except Rerouted as rerouted:
+            self._rerouted_by = rerouted.failure
+            raise
+        failure, self._rerouted_by = failure or self._rerouted_by, None
         self.answered_by = route
         if route is self.preferred:
             self._told = None

@@ -123,3 +123,20 @@ async def test_model_command_picks_a_stored_model_for_the_chat_and_failover_says
     gateway, adapter = await gateway_factory(llm=llm_with_backup(backup, cooldown=60))
     await adapter.say("/model")
     assert "This chat's model: fake-model (the main model)" in adapter.texts()[-1]
+
+
+async def test_a_fallback_answers_within_the_window_its_own_server_reports(
+        gateway_factory: GatewayFactory, fake_llm: FakeLLMServer, backup: FakeLLMServer) -> None:
+    # The fallback's server says it serves 8,192 tokens (llama.cpp /props) though 16,000 are configured: its
+    # window is asked of its own server at start-up, like the main model's, and budgets follow it.
+    backup.reports_window = ("llamacpp", 8_192)
+    Outage(fake_llm)
+    gateway, adapter = await gateway_factory(llm=llm_with_backup(backup))
+    backup_route = gateway.rt.provider.routes[1]
+    assert backup_route.window is not None and backup_route.window.tokens == 8_192
+    assert gateway.rt.provider.main.window is gateway.rt.window  # the main model's is the runtime's
+
+    await adapter.say("first question")
+    live = gateway.sessions.cached(SessionKey("discord", "dm:c1"))
+    assert live is not None and live.engine.context_length == 8_192
+    assert backup.last_request.json["max_tokens"] <= 8_192 // 4

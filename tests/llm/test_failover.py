@@ -8,7 +8,8 @@ import httpx
 import pytest
 
 from agent.llm import AuthError, ContextOverflow, ServerError
-from agent.llm.failover import FailoverProvider, ModelRoute
+from agent.llm.base import Completion
+from agent.llm.failover import ChatFailover, FailoverProvider, ModelRoute, Rerouted
 from agent.llm.openai_compat import OpenAICompatProvider
 from tests.fakes.llm_server import FakeLLMServer
 
@@ -116,6 +117,15 @@ async def test_when_every_model_fails_the_preferred_ones_error_is_raised(
     assert (await models.complete(ASK)).text == "from main"
 
 
+async def ask(chat: ChatFailover) -> Completion:
+    """A call as the agent loop makes it: moved on to a model with another window, it is sized again for it
+    and made again (`Rerouted`)."""
+    try:
+        return await chat.complete(ASK)
+    except Rerouted:
+        return await chat.complete(ASK)
+
+
 async def test_a_chat_says_once_per_episode_that_a_fallback_answered(
         servers: tuple[FakeLLMServer, FakeLLMServer], http_client: httpx.AsyncClient) -> None:
     main, _ = servers
@@ -124,20 +134,20 @@ async def test_a_chat_says_once_per_episode_that_a_fallback_answered(
     chat, other = models.for_chat(), models.for_chat()
     main.raw(503, '{"error": {"message": "down"}}')
 
-    await chat.complete(ASK)
+    await ask(chat)
     notice = chat.take_notice()
     assert notice is not None and "small" in notice and "big" in notice and "30 s" in notice
-    await chat.complete(ASK)
+    await ask(chat)
     assert chat.take_notice() is None, "once per episode"
     # Another chat skips the cooling model too, and is told as well: each conversation hears it once.
-    assert (await other.complete(ASK)).text == "from backup"
+    assert (await ask(other)).text == "from backup"
     assert "cooling down" in (other.take_notice() or "")
 
     clock.now += 31
-    assert (await chat.complete(ASK)).text == "from main"
+    assert (await ask(chat)).text == "from main"
     assert chat.take_notice() is None
     main.raw(503, '{"error": {"message": "down again"}}')
-    await chat.complete(ASK)
+    await ask(chat)
     assert chat.take_notice() is not None, "a new episode is told again"
 
 
@@ -146,11 +156,11 @@ async def test_a_chat_prefers_its_own_model_and_fails_over_to_the_main_one(
     _, backup = servers
     models = chain(servers, http_client, Clock())
     chat = models.for_chat("small")
-    assert (await chat.complete(ASK)).text == "from backup"
+    assert (await ask(chat)).text == "from backup"
     assert chat.planned().context_length == 16_000 and chat.planned().max_tokens == 1_000
     assert chat.take_notice() is None
     backup.fail("server_error")
-    assert (await chat.complete(ASK)).text == "from main"
+    assert (await ask(chat)).text == "from main"
     assert "Answered by big: small is failing" in (chat.take_notice() or "")
     assert models.for_chat("no-such-model").preferred.name == "big"
 
