@@ -14,7 +14,7 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
@@ -413,23 +413,77 @@ async def _connected(adapter: Adapter) -> bool:
 
 
 async def run_gateway(settings: Settings) -> int:
-    """``concord run``: serve every configured adapter until SIGINT/SIGTERM (or the console's end of input)."""
+    """``concord run``: serve every configured adapter until SIGINT/SIGTERM (or the console's end of input).
+
+    A signal during start-up (waiting for the database, migrating, retrying an unreachable platform) cancels
+    the start-up at once and exits 0; once serving, it stops intake and lets the turns in flight finish."""
     if not settings.llm.configured:
         print(llm_setup_help(), file=sys.stderr)
         return EXIT_NOT_CONFIGURED
+    stop = asyncio.Event()
     database = sqlite_path(settings.storage.url)
-    with contextlib.ExitStack() as held:
+    with _stop_on_signals(stop), contextlib.ExitStack() as held:
         if database is not None and settings.redis.url is None:
             ensure_data_dir(database.parent)
             held.enter_context(hold_sqlite_lock(database))
-        runtime = await build_runtime(settings)
+        starting = asyncio.create_task(_start(settings), name="start-up")
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if not starting.done():
+            starting.cancel()  # each step closes what it opened
+        try:
+            gateway = await starting
+        except asyncio.CancelledError:
+            if not stop.is_set():
+                raise
+            log.info("stopped by a signal during start-up")
+            return 0
+        except ConnectionError as exc:
+            log.error("cannot start: %s", exc)
+            return EXIT_PLATFORM_FAILED
+        if gateway is None:
+            print(NO_PLATFORM_HELP, file=sys.stderr)
+            return EXIT_NOT_CONFIGURED
+        return await _serve(gateway, stop)
+
+
+@contextlib.contextmanager
+def _stop_on_signals(stop: asyncio.Event) -> Iterator[None]:
+    """SIGINT and SIGTERM set ``stop`` while inside (where the event loop supports signal handlers)."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        yield
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(sig)
+
+
+async def _start(settings: Settings) -> Gateway | None:
+    """Build the runtime and adapters and start them; None when the console has no input to read.
+
+    Cancellable at every step: what was opened is closed before the cancellation goes on."""
+    runtime = await build_runtime(settings)
+    try:
         adapters = build_adapters(settings)
         if any(isinstance(a, ConsoleAdapter) for a in adapters) and input_is_empty():
             # Under Docker or systemd stdin is /dev/null: a clean exit there would only be restarted, silently.
             await _close_runtime(runtime)
-            print(NO_PLATFORM_HELP, file=sys.stderr)
-            return EXIT_NOT_CONFIGURED
-        return await _serve(Gateway(runtime, adapters))
+            return None
+        gateway = Gateway(runtime, adapters)
+    except BaseException:
+        await _close_runtime(runtime)
+        raise
+    try:
+        await gateway.start()
+    except BaseException:
+        await gateway.aclose()
+        raise
+    return gateway
 
 
 async def _close_runtime(rt: Runtime) -> None:
@@ -440,21 +494,11 @@ async def _close_runtime(rt: Runtime) -> None:
     await rt.store.aclose()
 
 
-async def _serve(gateway: Gateway) -> int:
-    """Run ``gateway`` until a signal or the console's end; exit 2 when the console never got a line, 1 when a
-    platform cannot be reached at start-up or its connection cannot be recovered."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
+async def _serve(gateway: Gateway, stop: asyncio.Event) -> int:
+    """Run the started ``gateway`` until ``stop`` is set or the console ends; exit 2 when the console never got a
+    line, 1 when a platform connection cannot be recovered."""
     status = 0
     try:
-        try:
-            await gateway.start()
-        except ConnectionError as exc:
-            log.error("cannot start: %s", exc)
-            return EXIT_PLATFORM_FAILED
         closed = asyncio.create_task(gateway.wait_closed())
         stopping = asyncio.create_task(stop.wait())
         failed = asyncio.create_task(gateway.wait_failed())
@@ -469,9 +513,6 @@ async def _serve(gateway: Gateway) -> int:
             status = EXIT_PLATFORM_FAILED
     finally:
         await gateway.aclose()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.remove_signal_handler(sig)
     if not stop.is_set() and any(isinstance(a, ConsoleAdapter) and not a.interactive and not a.received_input
                                  for a in gateway.adapters):
         # A pipe that closed without a line (`true | concord run`): nobody is there either.

@@ -20,6 +20,7 @@ from agent.transcript import MalformedTranscript, read_transcript_file
 from gateway.cli_store import add_store_commands
 from gateway.config import ConfigError, Settings, load_settings, masked_dump
 from gateway.data_dir import ensure_data_dir
+from gateway.entry import EXIT_INTERRUPTED, StopRequested
 from gateway.logsetup import configure_logging
 from gateway.store import StorageUnavailable
 from gateway.store.migrate import first_line
@@ -30,8 +31,7 @@ __all__ = ["build_parser", "main"]
 EXIT_USAGE = 2
 EXIT_UNAVAILABLE = 3
 EXIT_UNHEALTHY = 1
-# What a shell reports for a command stopped by Ctrl-C, or killed by SIGPIPE (`concord sessions export ID | head`).
-EXIT_INTERRUPTED = 130
+# What a shell reports for a command killed by SIGPIPE (`concord sessions export ID | head`).
 EXIT_BROKEN_PIPE = 141
 
 
@@ -170,11 +170,13 @@ def _positive_seconds(text: str) -> float:
 
 
 RUN_DESCRIPTION = """Start the gateway: every platform with a token configured (Discord, Telegram), or, when none
-is, a console chat in this terminal (Enter sends, Alt+Enter adds a line, Ctrl-C cancels an answer, twice
-quits; logs go to <data_dir>/concord.log meanwhile). Piped stdin is read one message per line; a stdin that
-is empty from the start, with no platform configured, exits 2. Stops cleanly on SIGINT/SIGTERM, letting
-turns in flight finish. Exit codes: 0 stopped, 2 configuration, 3 storage (another `concord run` holds the
-SQLite database, or the database cannot be opened)."""
+is, a console chat in this terminal (Enter sends, Alt+Enter adds a line, Ctrl-C stops an answer or clears the
+line and, at an empty prompt, quits; logs go to <data_dir>/concord.log meanwhile). Piped stdin is read one
+message per line; a stdin that is empty from the start, with no platform configured, exits 2. SIGINT/SIGTERM
+stop it cleanly: during start-up (waiting for the database, migrating, retrying a platform) at once, once
+running after the turns in flight finish. Exit codes: 0 stopped, 1 a platform cannot be reached or its
+connection cannot be recovered, 2 configuration, 3 storage (another `concord run` holds the SQLite database,
+or the database cannot be opened)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -246,6 +248,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return _run_command(args)
+    except StopRequested:
+        return 0  # `concord run` asked to stop before the gateway's own signal handlers were in place
     except KeyboardInterrupt:
         print("concord: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
