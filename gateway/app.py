@@ -73,15 +73,16 @@ EXIT_NOT_CONFIGURED = 2
 # A platform could not be reached at start-up or its connection cannot be recovered: exit so that the service
 # manager (systemd Restart=on-failure, docker restart policies) starts a fresh process.
 EXIT_PLATFORM_FAILED = 1
-NO_PLATFORM_HELP = ("concord: no platform is configured (set CONCORD_DISCORD__TOKEN or CONCORD_TELEGRAM__TOKEN) "
-                    "and stdin gave no input for the console; run it in a terminal or pipe messages in")
+NO_PLATFORM_HELP = ("concord: error: no platform is configured (set CONCORD_DISCORD__TOKEN or "
+                    "CONCORD_TELEGRAM__TOKEN) and stdin gave no input for the console; run it in a terminal or pipe "
+                    "messages in")
 SHUTDOWN_GRACE_SECONDS = 30.0
 
 
 def llm_setup_help() -> str:
     """What to set when no LLM is configured (printed by ``concord run`` instead of a traceback)."""
     return "\n".join([
-        "concord: no LLM is configured, so there is nobody to answer.",
+        "concord: error: no LLM is configured, so there is nobody to answer.",
         "",
         "Set these (environment, .env or config.yaml under `llm:`):",
         "  CONCORD_LLM__BASE_URL   the OpenAI-compatible endpoint, e.g. https://api.openai.com/v1",

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from agent.compression.redact import redact_message, redact_secrets
 from gateway.config import Settings, load_settings
-from gateway.store import CompactionNotFound, SessionNotFound, Store, upgrade_database
+from gateway.store import Store, upgrade_database
 
 __all__ = ["add_store_commands"]
 
@@ -38,10 +38,7 @@ def _with_store(body: Callable[[Store, argparse.Namespace], Awaitable[int]]) -> 
         async def go() -> int:
             store = await Store.open(settings.storage.url)
             try:
-                return await body(store, args)
-            except (SessionNotFound, CompactionNotFound) as exc:
-                print(f"concord: not found: {exc}", file=sys.stderr)
-                return 1
+                return await body(store, args)  # not found (session, compaction): `gateway.cli` says so, exit 1
             finally:
                 await store.aclose()
 

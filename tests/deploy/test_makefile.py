@@ -25,7 +25,7 @@ def _fake_venv(root: Path, concord_exit: int) -> dict[str, str]:
     bin_dir.mkdir()
     (bin_dir / "python").write_text("#!/bin/sh\nexit 0\n")
     concord = bin_dir / "concord"
-    concord.write_text(f"#!/bin/sh\necho 'concord: no LLM is configured' >&2\nexit {concord_exit}\n")
+    concord.write_text(f"#!/bin/sh\necho 'concord: error: no LLM is configured' >&2\nexit {concord_exit}\n")
     for script in (bin_dir / "python", concord):
         script.chmod(0o755)
     stamp = root / ".installed"
@@ -50,7 +50,7 @@ def _make_run(variables: dict[str, str], *, terminal: bool) -> subprocess.Comple
 @needs_make
 def test_make_run_at_a_terminal_ends_with_what_to_set(tmp_path: Path) -> None:
     result = _make_run(_fake_venv(tmp_path, 2), terminal=True)
-    assert result.stderr.strip().splitlines()[-1] == "concord: no LLM is configured", result.stderr
+    assert result.stderr.strip().splitlines()[-1] == "concord: error: no LLM is configured", result.stderr
     assert "make:" not in result.stderr and "Error" not in result.stderr, result.stderr
 
 
@@ -59,7 +59,7 @@ def test_make_run_at_a_terminal_ends_with_what_to_set(tmp_path: Path) -> None:
 def test_make_run_passes_concords_status_on(tmp_path: Path, status: int, terminal: bool) -> None:
     result = _make_run(_fake_venv(tmp_path, status), terminal=terminal)
     assert (result.returncode == 0) == (status == 0), result.stderr
-    assert "concord: no LLM is configured" in result.stderr
+    assert "concord: error: no LLM is configured" in result.stderr
 
 
 def _wheel(directory: Path, model: bytes) -> None:
