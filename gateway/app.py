@@ -65,6 +65,7 @@ __all__ = [
     "session_status",
     "summary_deadline_seconds",
     "summary_provider_for",
+    "with_stored_window",
 ]
 
 log = logging.getLogger(__name__)
@@ -221,7 +222,7 @@ async def build_runtime(settings: Settings, *, provider: Provider | None = None,
     set_worker(worker_id)  # the same name in every log line as in the delivery ledger and leases
     return Runtime(
         settings=settings, store=store or await _open_store(settings), locks=locks or _locks(settings, metrics),
-        provider=provider, counter=get_counter(settings.llm.encoding),
+        provider=MeteredProvider(provider, metrics, agent=True), counter=get_counter(settings.llm.encoding),
         new_engine=new_engine, new_memory=_memory_factory(settings),
         model=settings.llm.model, engine_name=settings.context.engine, clock=clock, metrics=metrics,
         claims=claims, arrivals=arrivals, redis=redis, worker_id=worker_id,
@@ -562,18 +563,28 @@ async def run_sweep(settings: Settings, dry_run: bool = False, *, show_progress:
 async def session_status(settings: Settings, store: Store, session_id: str) -> StatusFigures:
     """The /status figures of a stored session, computed exactly as the chat computes them (``sessions show``).
 
-    Needs no LLM: the window, thresholds and counts come from the settings and the store.
+    Needs no LLM. The window is the one the gateway last ran this session with (stored with its engine state
+    after every turn), so the thresholds are the chat's even where this command's environment names another
+    model or none; the compression settings (``compression.*``, ``llm.max_tokens``) are this command's own.
     """
+    record = await store.sessions.require(session_id)
+    settings = with_stored_window(settings, record.engine.context_length)
     rt = await build_runtime(settings, provider=None if settings.llm.configured else _NoProvider(), store=store,
                              locks=InProcessLocks())
     try:
-        record = await store.sessions.require(session_id)
         sessions = SessionManager(rt)
         return status_figures(sessions, await sessions.attach(record, None, remember=False))
     finally:
         await rt.provider.aclose()
         await rt.limits.aclose()  # the store is the caller's
         await rt.claims.aclose()
+
+
+def with_stored_window(settings: Settings, window: int | None) -> Settings:
+    """``settings`` with ``llm.context_length`` set to the window a gateway stored for a session, when known."""
+    if not window or window == context_length_for(settings.llm.model, settings.llm.context_length):
+        return settings
+    return settings.model_copy(update={"llm": settings.llm.model_copy(update={"context_length": window})})
 
 
 class _NoProvider(Provider):

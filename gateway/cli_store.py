@@ -81,7 +81,9 @@ async def _show(store: Store, args: argparse.Namespace) -> int:
         _console().print(f"{key:>18}: {_shown(args, value) if value is not None else '-'}")
     # The same figures, computed the same way, as /status in the chat.
     status = format_status(await session_status(load_settings(), store, s.id))
-    _console().print("\n" + _shown(args, status) + "\n")
+    _console().print("\n" + _shown(args, status))
+    _console().print("(the window is the one the gateway stored for this session; model and compression settings "
+                     "are this command's configuration)\n")
     history = await store.compactions.history(s.id)
     if history:
         table = Table("#", "at", "reason", "messages", "tokens", "carried")

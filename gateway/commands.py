@@ -9,11 +9,12 @@ adapters recognise them (``adapters.base.parse_command``, which drops ``/cmd@oth
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from adapters.base import Inbound
-from agent.compression.engine import CompressionResult
+from agent.compression.engine import CompressionResult, ContextEngine
 from agent.events import EventSink, NoticeSink
 from agent.memory import MemoryFull
 from gateway.busy import RunningTurn
@@ -27,6 +28,7 @@ from gateway.session import LiveSession, SessionManager
 __all__ = [
     "ADMIN_COMMANDS",
     "COMMANDS",
+    "CONSOLE_COMMANDS",
     "Command",
     "CommandContext",
     "StatusFigures",
@@ -37,6 +39,7 @@ __all__ = [
     "format_status",
     "is_admin",
     "is_operator",
+    "nothing_to_compress",
     "persona_command",
     "run_command",
     "stats_command",
@@ -59,6 +62,10 @@ COMMANDS: dict[str, str] = {
     "unpin": "/unpin N — remove pin N",
     "remember": "/remember <fact> — save a fact to the bot-wide memory, which every chat sees (operators only)",
     "help": "/help — this list",
+}
+# Only the console has these (it handles them itself): never registered on a platform.
+CONSOLE_COMMANDS: dict[str, str] = {
+    "quit": "/quit — leave the console (so do Ctrl-D, and Ctrl-C at an empty prompt)",
 }
 ADMIN_COMMANDS = frozenset({"compress", "stats", "approve", "persona", "remember"})
 # /new resets a conversation everyone in a group shares, so there it is an admin command too.
@@ -147,13 +154,15 @@ def _pct(part: int, whole: int) -> str:
 
 def format_status(s: StatusFigures) -> str:
     """The /status reply: one figure per line."""
-    source = "last real prompt" if s.token_source == "usage" else "counted"
+    source = ("last real prompt: the size the model reported for its last request" if s.token_source == "usage"
+              else "counted: no request has reported its size yet")
     lines = [
         f"Session {s.session_id}",
         f"Context: {s.tokens:,} / {s.context_length:,} tokens ({_pct(s.tokens, s.context_length)}, {source})",
         *([f"Next request: {s.next_request_tokens:,} / {s.context_length:,} tokens "
             f"({_pct(s.next_request_tokens, s.context_length)}: {s.messages:,} messages, system prompt, "
-            f"{s.tool_count} tool schemas)"] if s.next_request_tokens is not None else []),
+            f"{s.tool_count} tool schemas, as counted here before your next message)"]
+          if s.next_request_tokens is not None else []),
         f"Messages: {s.messages:,}",
         f"Compression threshold: {s.threshold_tokens:,} tokens ({_pct(s.threshold_tokens, s.context_length)})",
         f"Hygiene threshold: {s.hygiene_tokens:,} tokens ({_pct(s.hygiene_tokens, s.context_length)}) "
@@ -217,12 +226,14 @@ def format_compress_result(result: CompressionResult) -> str:
     )
 
 
-def format_help(admin: bool) -> str:
-    """The /help reply; admin-only commands are marked for non-admins."""
+def format_help(admin: bool, *, console: bool = False) -> str:
+    """The /help reply; admin-only commands are marked for non-admins; the console adds its own."""
     lines = ["Commands:"]
     for name, text in COMMANDS.items():
         suffix = " (admins only)" if name in ADMIN_COMMANDS and not admin else ""
         lines.append(f"  {text}{suffix}")
+    if console:
+        lines += [f"  {text}" for text in CONSOLE_COMMANDS.values()]
     return "\n".join(lines)
 
 
@@ -265,7 +276,7 @@ async def run_command(command: Command, ctx: CommandContext) -> tuple[str, LiveS
     if command.name == "remember":
         return await _remember(ctx, command.args), ctx.live
     if command.name == "help":
-        return format_help(ctx.admin), ctx.live
+        return format_help(ctx.admin, console=ctx.inbound.platform == "console"), ctx.live
     return f"Unknown command /{command.name}. Try /help.", ctx.live
 
 
@@ -360,14 +371,40 @@ async def _pins(ctx: CommandContext, command: Command) -> str:
 async def _compress(ctx: CommandContext, focus: str | None) -> str:
     live = ctx.live
     framed = [{"role": "system", "content": live.system_prompt}, *live.messages]
+    counts = live.held_counts or [ctx.sessions.rt.counter.count_message(m) for m in live.messages]
     if not live.engine.has_content_to_compress(framed):
-        return NOTHING_TO_COMPRESS
+        return nothing_to_compress(live.engine, counts)
     async with ctx.sessions.rt.locks.try_compression_lock(live.id) as acquired:
         if not acquired:
             return BUSY
+        before = len(live.messages), sum(counts)
         result = await compress_session(ctx.sessions, live, reason=MANUAL_REASON, focus=focus, force=True,
                                         notices=ctx.notices, events=ctx.events)
+    if result.compressed:
+        # Told as the store records it (`concord sessions show`, /status's message count): the conversation's
+        # messages and their tokens, without the system prompt the engine was also given.
+        result = replace(result, messages_before=before[0], tokens_before=before[1],
+                         messages_after=len(live.messages), tokens_after=sum(live.token_counts))
     return format_compress_result(result)
+
+
+def nothing_to_compress(engine: ContextEngine, counts: Sequence[int]) -> str:
+    """Why /compress has nothing to do, in figures one can act on: the verbatim tail is sized in tokens, and
+    ``counts`` are the conversation's messages' token counts."""
+    if not counts:
+        return "Nothing to compress: this conversation has no messages yet."
+    budget = getattr(engine, "tail_token_budget", None)
+    if not isinstance(budget, int):  # another context engine: no figures to give
+        return NOTHING_TO_COMPRESS
+    sizing = (f"the newest messages up to {budget:,} tokens (compression.target_ratio × the "
+              f"{engine.threshold_tokens:,}-token compression threshold: the tail is sized in tokens, not messages)")
+    total = sum(counts)
+    if total <= budget:
+        return (f"Nothing to compress yet: all {len(counts):,} messages ({total:,} tokens) fit in the verbatim "
+                f"tail, which keeps {sizing}. /compress has work once the conversation outgrows that.")
+    return (f"Nothing to compress: the verbatim tail keeps {sizing}, the head the first messages, and what lies "
+            f"between cannot be summarized on its own (a tool call stays with its results, the last question "
+            f"and answer stay whole). {len(counts):,} messages, {total:,} tokens.")
 
 
 async def _remember(ctx: CommandContext, fact: str) -> str:

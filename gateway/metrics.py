@@ -170,7 +170,7 @@ class Metrics:
 
     @property
     def llm_calls(self) -> int:
-        """Every successful or failed LLM call seen: the agent's answered calls and the engine's calls."""
+        """Every LLM call made: the agent's (answered, failed or stopped) and the engine's."""
         return self.agent_llm_calls + self.summary_calls
 
     @property
@@ -200,8 +200,7 @@ class Metrics:
     def observe(self, event: AgentEvent, *, kind: str | None = None) -> None:
         """Record ``event``; ``kind`` overrides the compression kind derived from its reason."""
         data = event.data
-        if event.kind == EVENT_LLM_RESPONSE:
-            self.agent_llm_calls += 1
+        if event.kind == EVENT_LLM_RESPONSE:  # counted as a call by the agent's `MeteredProvider`
             model = self._model_label(str(data.get("model") or ""))
             seconds = data.get("seconds")
             if isinstance(seconds, int | float):
@@ -291,12 +290,15 @@ def fan_out(*sinks: EventSink | None) -> EventSink:
 
 
 class MeteredProvider(Provider):
-    """Counts the calls a context engine makes through ``inner`` (summaries never reach the agent loop's
-    ``llm:response`` events). Name and model are the inner provider's, so "same model?" checks still hold."""
+    """Counts the calls made through ``inner``. A context engine's (summaries never reach the agent loop's
+    ``llm:response`` events) with their time and usage; with ``agent=True`` the agent loop's, every call begun —
+    answered, failed, or stopped mid-answer by /stop (the answered calls' usage comes with their events).
+    Name and model are the inner provider's, so "same model?" checks still hold."""
 
-    def __init__(self, inner: Provider, metrics: Metrics) -> None:
+    def __init__(self, inner: Provider, metrics: Metrics, *, agent: bool = False) -> None:
         self.inner = inner
         self.metrics = metrics
+        self.agent = agent
         self.name = inner.name
         self.model = inner.model
 
@@ -313,6 +315,13 @@ class MeteredProvider(Provider):
         on_text: TextProgress | None = None,
     ) -> Completion:
         """Delegate to the inner provider, counting the call, its time and usage (or its failure)."""
+        if self.agent:
+            try:
+                return await self.inner.complete(messages, system=system, tools=tools, max_tokens=max_tokens,
+                                                 model=model, stream=stream, temperature=temperature,
+                                                 on_text=on_text)
+            finally:
+                self.metrics.agent_llm_calls += 1
         started = time.perf_counter()
         try:
             completion = await self.inner.complete(messages, system=system, tools=tools, max_tokens=max_tokens,
@@ -325,3 +334,7 @@ class MeteredProvider(Provider):
         self.metrics.record_summary_call(completion.usage, model=completion.model or model or self.model,
                                          seconds=time.perf_counter() - started)
         return completion
+
+    async def aclose(self) -> None:
+        """Close the inner provider."""
+        await self.inner.aclose()
