@@ -3,7 +3,7 @@
 ``/compress [focus]`` (admin), ``/new [--unpin]``, ``/status``, ``/stats`` (admin), ``/usage``,
 ``/approve CODE`` (admin), ``/stop`` (the sender of the running answer, or an admin; handled by the router,
 outside the queue), ``/persona [TEXT | reset]`` (admin), ``/pin TEXT``, ``/pins``, ``/unpin N`` (pin and
-unpin: admins in groups), ``/help``. Commands work the same on every platform;
+unpin: admins in groups), ``/whoami``, ``/help``. Commands work the same on every platform;
 adapters recognise them (``adapters.base.parse_command``, which drops ``/cmd@otherbot``). Texts here are short on purpose: chat is not a log, and a summary never appears in it.
 """
 
@@ -46,6 +46,7 @@ __all__ = [
     "status_figures",
     "stop_command",
     "usage_command",
+    "whoami",
 ]
 
 COMMANDS: dict[str, str] = {
@@ -61,6 +62,7 @@ COMMANDS: dict[str, str] = {
     "pins": "/pins — the pinned rules",
     "unpin": "/unpin N — remove pin N",
     "remember": "/remember <fact> — save a fact to the bot-wide memory, which every chat sees (operators only)",
+    "whoami": "/whoami — your id, as gateway.admins and the access lists name you",
     "help": "/help — this list",
 }
 # Only the console has these (it handles them itself): never registered on a platform.
@@ -275,9 +277,18 @@ async def run_command(command: Command, ctx: CommandContext) -> tuple[str, LiveS
         return await persona_command(ctx, command.args), ctx.live
     if command.name == "remember":
         return await _remember(ctx, command.args), ctx.live
+    if command.name == "whoami":
+        return whoami(ctx.inbound), ctx.live
     if command.name == "help":
         return format_help(ctx.admin, console=ctx.inbound.platform == "console"), ctx.live
     return f"Unknown command /{command.name}. Try /help.", ctx.live
+
+
+def whoami(inbound: Inbound) -> str:
+    """/whoami: the sender's ``platform:id``, ready to paste into ``gateway.admins`` or an access list."""
+    me = f"{inbound.platform}:{inbound.user_id}"
+    return (f"You are {me}. That is how gateway.admins and the access lists (gateway.allow_users, deny_users) "
+            f"name you, e.g. CONCORD_GATEWAY__ADMINS={me}")
 
 
 NOTHING_TO_STOP = "Nothing is running here to stop."

@@ -148,3 +148,7 @@ async def test_new_starts_a_fresh_session_and_help_lists_commands(gateway_factor
     assert "/compress [focus]" in adapter.texts()[-1] and "(admins only)" in adapter.texts()[-1]
     await adapter.say("/frobnicate")
     assert adapter.texts()[-1] == "Unknown command /frobnicate. Try /help."
+    # Anyone can learn the id an operator puts in gateway.admins, in a group too.
+    await adapter.say("/whoami", chat_type="group", chat_id="g9", user_id="234567890123456789")
+    assert adapter.texts()[-1].startswith("You are discord:234567890123456789. ")
+    assert "CONCORD_GATEWAY__ADMINS=discord:234567890123456789" in adapter.texts()[-1]
