@@ -100,3 +100,4 @@ def test_cron_file_is_installable_in_cron_d_as_named() -> None:
     # The sweep uses the service's data and cache directories.
     assert env["CONCORD_STORAGE__DATA_DIR"] == "/var/lib/concord" and "StateDirectory=concord" in service
     assert env["TIKTOKEN_CACHE_DIR"].startswith("/var/cache/concord/") and "CacheDirectory=concord" in service
+
