@@ -1,4 +1,4 @@
-"""Process-wide observability (SPEC §8): counters since start, a bounded ring of turn times, and one
+"""Process-wide observability (docs/rules.md §8): counters since start, a bounded ring of turn times, and one
 structured log line per compaction.
 
 `Metrics` is an `EventSink`: the router, hygiene, /compress and the sweep hand it their ``AgentEvent``s. What

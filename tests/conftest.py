@@ -60,7 +60,7 @@ def redis_url() -> str:
 
 @pytest.fixture(scope="session")
 def corpus_root() -> Path:
-    """``../shared/corpus``; tests using it skip when it is absent."""
+    """The corpus folder (``CONCORD_CORPUS_DIR``, see bench/corpus.py); tests using it skip when it is absent."""
     if not CORPUS_ROOT.is_dir():
         pytest.skip(f"corpus not found at {CORPUS_ROOT}")
     return CORPUS_ROOT

@@ -1,4 +1,4 @@
-"""Observability (SPEC §8): the runtime's `Metrics` through the real gateway, /stats, and the structured
+"""Observability (docs/rules.md §8): the runtime's `Metrics` through the real gateway, /stats, and the structured
 compaction log line."""
 
 from __future__ import annotations

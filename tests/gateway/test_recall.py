@@ -1,4 +1,4 @@
-"""search_history (SPEC §8 lossless recall): the model looks up exact values a compaction took out of view."""
+"""search_history (docs/rules.md §8, lossless recall): the model looks up exact values a compaction took out of view."""
 
 from __future__ import annotations
 
