@@ -150,21 +150,28 @@ async def test_history_and_line_editing(tmp_path: Path) -> None:
     assert seen[-1] == "hello world"
 
 
+def slow_first(seen: list[str], cancelled: asyncio.Event) -> Callable[[ConsoleAdapter], InboundHandler]:
+    """A handler whose first answer would take 60 s (``cancelled`` is set when it is cut off); later ones are
+    instant. Every message is recorded in ``seen``."""
+
+    def build(adapter: ConsoleAdapter) -> InboundHandler:
+        async def handler(inbound: Inbound) -> None:
+            seen.append(inbound.text)
+            if len(seen) == 1:
+                try:
+                    await asyncio.sleep(60)
+                except asyncio.CancelledError:
+                    cancelled.set()
+                    raise
+        return handler
+
+    return build
+
+
 async def test_ctrl_c_cancels_the_running_answer_at_once_and_a_second_quits() -> None:
     seen: list[str] = []
     cancelled = asyncio.Event()
-
-    def slow(adapter: ConsoleAdapter) -> InboundHandler:
-        async def handler(inbound: Inbound) -> None:
-            seen.append(inbound.text)
-            try:
-                await asyncio.sleep(60)
-            except asyncio.CancelledError:
-                cancelled.set()
-                raise
-        return handler
-
-    async with terminal(slow) as term:
+    async with terminal(slow_first(seen, cancelled)) as term:
         await term.type("a long question\r")
         await until(term.adapter._status)  # "thinking…" under the prompt
         started = asyncio.get_running_loop().time()
@@ -192,19 +199,7 @@ async def test_ctrl_c_clears_a_half_typed_line_as_a_shell_does() -> None:
 async def test_ctrl_c_stops_the_answer_and_keeps_the_line_being_typed() -> None:
     seen: list[str] = []
     cancelled = asyncio.Event()
-
-    def slow(adapter: ConsoleAdapter) -> InboundHandler:
-        async def handler(inbound: Inbound) -> None:
-            seen.append(inbound.text)
-            if len(seen) == 1:
-                try:
-                    await asyncio.sleep(60)
-                except asyncio.CancelledError:
-                    cancelled.set()
-                    raise
-        return handler
-
-    async with terminal(slow) as term:
+    async with terminal(slow_first(seen, cancelled)) as term:
         await term.type("a long question\r")
         await until(term.adapter._status)
         await term.type("and then")
