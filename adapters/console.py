@@ -1,8 +1,9 @@
 """A terminal chat: one DM session with the bot, the same commands as on the platforms.
 
 Used when no platform token is configured. On a terminal it is a line editor (`adapters.console_prompt`):
-history, editing, pastes kept as one message, Alt+Enter for a new line, Ctrl-C cancelling the answer being
-written (messages typed meanwhile are still answered; a second Ctrl-C, with nothing running, quits). With piped stdin it reads one message per line,
+history, editing, pastes kept as one message, Alt+Enter for a new line, Ctrl-C stopping the answer being
+written (messages typed meanwhile are still answered; a half-typed one stays), else clearing a half-typed
+line, and at an empty prompt with nothing running, quitting. With piped stdin it reads one message per line,
 which is how tests and scripts drive it; those lines are read by a daemon thread, because a blocked
 ``readline`` must never keep the process alive after shutdown (``asyncio.to_thread`` would: the default
 executor is joined at loop close). ``/quit``, Ctrl-D or end of input closes the chat once every message
@@ -108,8 +109,9 @@ class ConsoleAdapter(Adapter):
         self._handler = on_message
         if self._interactive:
             self._open_terminal()
-            self._write(f"Chatting with {self.bot_name}. Enter sends, Alt+Enter adds a line, Ctrl-C cancels "
-                        f"an answer (twice quits), /help lists commands.\n")
+            self._write(f"Chatting with {self.bot_name}. Enter sends, Alt+Enter adds a line. Ctrl-C stops an "
+                        f"answer or clears the line; at an empty prompt it quits, as do Ctrl-D and /quit. /help "
+                        f"lists commands.\n")
             self._reader = asyncio.create_task(self._prompt_loop())
         else:
             loop = asyncio.get_running_loop()
@@ -159,6 +161,7 @@ class ConsoleAdapter(Adapter):
         if self._prompt is None:
             self._prompt = ConsolePrompt(self.user_name, colour=self._colour, history_path=self._history_path,
                                          status=self._status)
+        self._prompt.on_ctrl_c = self._stop_answers
         # Everything printed from now on (replies, log records on stderr) goes above the prompt.
         self._screen.enter_context(patch_stdout(raw=True))
 
@@ -178,11 +181,7 @@ class ConsoleAdapter(Adapter):
         while True:
             try:
                 text = await prompt.read()
-            except KeyboardInterrupt:
-                if self._in_flight:
-                    self._interrupt()
-                    self._write("(answer cancelled; Ctrl-C again quits)\n")
-                    continue
+            except KeyboardInterrupt:  # at an empty prompt with nothing running (see `_stop_answers`)
                 quitting = True
                 break
             except EOFError:
@@ -197,6 +196,13 @@ class ConsoleAdapter(Adapter):
             self._interrupt()
         await self._drain(grace_s=_CANCEL_GRACE_SECONDS if quitting else _ANSWER_ALL_SECONDS)
         self._closed.set()
+
+    def _stop_answers(self) -> bool:
+        """Ctrl-C at the prompt: stop the answers being written; False when none is."""
+        if not self._in_flight:
+            return False
+        self._interrupt()
+        return True
 
     def _interrupt(self) -> None:
         running = list(self._in_flight.values())

@@ -35,8 +35,19 @@ def colour_wanted(stream: TextIO, environ: dict[str, str] | None = None) -> bool
         return False
 
 
-def _bindings() -> KeyBindings:
+def _bindings(on_ctrl_c: Callable[[], bool]) -> KeyBindings:
     keys = KeyBindings()
+
+    @keys.add("c-c")
+    def _stop_clear_or_quit(event: KeyPressEvent) -> None:
+        # As in a shell: Ctrl-C never costs a half-typed message more than the line itself. A running answer is
+        # stopped first (the draft stays), then a draft is cleared; only at an empty prompt does it quit.
+        if on_ctrl_c():
+            return
+        if event.current_buffer.text:
+            event.current_buffer.reset()
+            return
+        event.app.exit(exception=KeyboardInterrupt, style="class:aborting")
 
     @keys.add("enter")
     def _send_or_paste(event: KeyPressEvent) -> None:
@@ -56,8 +67,10 @@ def _bindings() -> KeyBindings:
 class ConsolePrompt:
     """One ``you>`` prompt at a time; `read` returns the message typed or pasted.
 
-    `read` raises ``KeyboardInterrupt`` on Ctrl-C and ``EOFError`` on Ctrl-D at an empty prompt.
-    ``status`` is shown under the prompt (e.g. "thinking…"); call `refresh` after it changes.
+    Ctrl-C first calls ``on_ctrl_c`` (set by the console), which returns True when it stopped something (an answer being written:
+    the draft stays); otherwise it clears a draft, and at an empty prompt `read` raises ``KeyboardInterrupt``.
+    Ctrl-D at an empty prompt raises ``EOFError``. ``status`` is shown under the prompt (e.g. "thinking…");
+    call `refresh` after it changes.
     """
 
     def __init__(
@@ -73,6 +86,7 @@ class ConsolePrompt:
         self._label = f"{user_name}> "
         self._colour = colour
         self._status = status
+        self.on_ctrl_c: Callable[[], bool] = lambda: False
         history: History = InMemoryHistory()
         if history_path is not None:
             try:
@@ -82,7 +96,7 @@ class ConsolePrompt:
             except OSError:
                 pass  # a read-only data dir only costs the history across runs
         self._session: PromptSession[str] = PromptSession(
-            history=history, key_bindings=_bindings(), multiline=True, input=pt_input, output=pt_output,
+            history=history, key_bindings=_bindings(lambda: self.on_ctrl_c()), multiline=True, input=pt_input, output=pt_output,
             prompt_continuation=lambda width, line, wrap: "." * (width - 1) + " ",
             bottom_toolbar=self._toolbar, enable_history_search=True,
             color_depth=None if colour else ColorDepth.DEPTH_1_BIT)

@@ -57,6 +57,7 @@ SLASH_COMMANDS: dict[str, SlashCommand] = {
     "remember": SlashCommand("Save a fact to the bot-wide memory (operators only)", "fact", "The fact",
                              required=True),
     "stats": SlashCommand("Gateway-wide counters since start (admins only)"),
+    "whoami": SlashCommand("Your id, as the bot's admin and access lists name you"),
     "help": SlashCommand("List the commands"),
 }
 # Discord's interaction tokens are valid for 15 minutes; stop using one a little before that.

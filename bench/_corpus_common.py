@@ -44,7 +44,8 @@ class QA:
 
 
 def corpus_dir() -> Path | None:
-    """The corpus root: ``$CONCORD_CORPUS_DIR`` or ``<repo>/../shared/corpus``; None when it is absent."""
+    """The corpus root: ``$CONCORD_CORPUS_DIR``, else where the development checkouts keep it beside the
+    repository; None when it is absent."""
     override = os.environ.get("CONCORD_CORPUS_DIR")
     path = Path(override) if override else REPO_ROOT.parent / "shared" / "corpus"
     return path if path.is_dir() else None

@@ -5,7 +5,7 @@ another revision.
     python -m bench.compress --baseline 521b127   # the same cases against that revision, interleaved
     python -m bench.compress --quick              # no 100K-message session, 3 rounds
 
-Cases: every corpus of ``../shared/corpus`` (each transcript compressed with the window set to its own
+Cases: every corpus of the corpus folder (``bench.corpus``; each transcript compressed with the window set to its own
 size, as the corpus tests do), the 28 coding-agent transcripts together, the largest one alone, and synthetic
 sessions of 1K / 5K / 20K / 100K messages (tau-bench conversations chained, 200K window). Each runs on two
 paths — ``llm``: an instant in-process summary model with a fixed ~6,000-character reply, so serializing,
@@ -307,7 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.cases:
         cases = {k: v for k, v in cases.items() if any(k.startswith(p) for p in args.cases)}
     if not cases:
-        print("no cases: the corpus (../shared/corpus or CONCORD_CORPUS_DIR) is missing", file=sys.stderr)
+        print("no cases: the corpus folder is missing (set CONCORD_CORPUS_DIR)", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="concord-bench-compress-") as tmp, contextlib.ExitStack() as stack:
         cases_file = Path(tmp) / "cases.pickle"

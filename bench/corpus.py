@@ -1,4 +1,8 @@
-"""Real-data corpus loaders: every sub-corpus of ``../shared/corpus`` as OpenAI-format message lists.
+"""Real-data corpus loaders: every sub-corpus of the corpus folder as OpenAI-format message lists.
+
+The folder is ``$CONCORD_CORPUS_DIR`` (see `bench._corpus_common.corpus_dir`); its sub-folders are the kinds
+below (``KINDS``): Claude Code and mini-SWE-agent sessions, tau-bench conversations, IRC logs and LoCoMo
+dialogues with their questions. Without it the corpus benchmarks say so and the corpus tests skip.
 
 Each folder's README describes its on-disk format and the mapping implemented here. Every transcript obeys the
 internal message invariants (valid roles, each tool call answered exactly once right after its assistant

@@ -1,4 +1,5 @@
-"""Can the agent still reach every exact fact after a compaction? Over every transcript of ../shared/corpus.
+"""Can the agent still reach every exact fact after a compaction? Over every corpus transcript
+(``bench.corpus``).
 
     python -m bench.reachability                 # every corpus, static summary, up to 25 facts per kind each
     python -m bench.reachability --sample 0      # every fact (slow)

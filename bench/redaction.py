@@ -2,7 +2,7 @@
 
 Recall: share of planted-secret lines (16 kinds × their phrasings, ``bench/_redaction_corpus.py``) from which
 the secret is gone, per kind and per phrasing. False positives: share of non-secret lines that were changed
-at all — the hand-picked hard negatives, and every line of the real corpus (``../shared/corpus``) when it is
+at all — the hand-picked hard negatives, and every line of the real corpus (``bench.corpus``) when it is
 there (``--show`` prints the changed real lines for review). Speed: the gated redactor (`redact_secrets`)
 against applying every rule unconditionally, over each corpus transcript serialized as for the summary
 model, with the slowest rules listed.

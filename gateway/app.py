@@ -14,7 +14,7 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
@@ -79,6 +79,7 @@ __all__ = [
     "session_status",
     "summary_deadline_seconds",
     "summary_provider_for",
+    "with_stored_window",
 ]
 
 log = logging.getLogger(__name__)
@@ -87,15 +88,16 @@ EXIT_NOT_CONFIGURED = 2
 # A platform could not be reached at start-up or its connection cannot be recovered: exit so that the service
 # manager (systemd Restart=on-failure, docker restart policies) starts a fresh process.
 EXIT_PLATFORM_FAILED = 1
-NO_PLATFORM_HELP = ("concord: no platform is configured (set CONCORD_DISCORD__TOKEN or CONCORD_TELEGRAM__TOKEN) "
-                    "and stdin gave no input for the console; run it in a terminal or pipe messages in")
+NO_PLATFORM_HELP = ("concord: error: no platform is configured (set CONCORD_DISCORD__TOKEN or "
+                    "CONCORD_TELEGRAM__TOKEN) and stdin gave no input for the console; run it in a terminal or pipe "
+                    "messages in")
 SHUTDOWN_GRACE_SECONDS = 30.0
 
 
 def llm_setup_help() -> str:
     """What to set when no LLM is configured (printed by ``concord run`` instead of a traceback)."""
     return "\n".join([
-        "concord: no LLM is configured, so there is nobody to answer.",
+        "concord: error: no LLM is configured, so there is nobody to answer.",
         "",
         "Set these (environment, .env or config.yaml under `llm:`):",
         "  CONCORD_LLM__BASE_URL   the OpenAI-compatible endpoint, e.g. https://api.openai.com/v1",
@@ -312,6 +314,7 @@ async def build_runtime(settings: Settings, *, provider: Provider | None = None,
     new_engine = _engine_factory(settings, MeteredProvider(provider, metrics, charge_summary),
                                  MeteredProvider(summary_provider, metrics, charge_summary), window, summary_window)
     counter = get_counter(settings.llm.encoding)
+    provider.on_chat_call = metrics.record_agent_call  # every call a conversation begins, stopped ones too
     worker_id = settings.gateway.worker_id or default_worker_id()
     set_worker(worker_id)  # the same name in every log line as in the delivery ledger and leases
     stops = LocalStops() if redis is None else RedisStops(
@@ -517,24 +520,83 @@ async def _connected(adapter: Adapter) -> bool:
 
 
 async def run_gateway(settings: Settings) -> int:
-    """``concord run``: serve every configured adapter until SIGINT/SIGTERM (or the console's end of input)."""
+    """``concord run``: serve every configured adapter until SIGINT/SIGTERM (or the console's end of input).
+
+    A signal during start-up (waiting for the database, migrating, retrying an unreachable platform) cancels
+    the start-up at once and exits 0; once serving, it stops intake and lets the turns in flight finish."""
     if not settings.llm.configured:
         print(llm_setup_help(), file=sys.stderr)
         return EXIT_NOT_CONFIGURED
+    stop = asyncio.Event()
     database = sqlite_path(settings.storage.url)
-    with contextlib.ExitStack() as held:
+    with _stop_on_signals(stop), contextlib.ExitStack() as held:
         if database is not None and settings.redis.url is None:
             ensure_data_dir(database.parent)
             held.enter_context(hold_sqlite_lock(database))
-        await check_engine(settings)
-        store = await _open_store(settings)  # a storage problem is reported before the console's input
+        starting = asyncio.create_task(_start(settings), name="start-up")
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if not starting.done():
+            starting.cancel()  # each step closes what it opened
+        try:
+            gateway = await starting
+        except asyncio.CancelledError:
+            if not stop.is_set():
+                raise
+            log.info("stopped by a signal during start-up")
+            return 0
+        except ConnectionError as exc:
+            log.error("cannot start: %s", exc)
+            return EXIT_PLATFORM_FAILED
+        if gateway is None:
+            print(NO_PLATFORM_HELP, file=sys.stderr)
+            return EXIT_NOT_CONFIGURED
+        return await _serve(gateway, stop)
+
+
+@contextlib.contextmanager
+def _stop_on_signals(stop: asyncio.Event) -> Iterator[None]:
+    """SIGINT and SIGTERM set ``stop`` while inside (where the event loop supports signal handlers)."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        yield
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(sig)
+
+
+async def _start(settings: Settings) -> Gateway | None:
+    """Build the runtime and adapters and start them; None when the console has no input to read.
+
+    Cancellable at every step: what was opened is closed before the cancellation goes on."""
+    await check_engine(settings)
+    store = await _open_store(settings)  # a storage problem is reported before the console's input
+    try:
         adapters = build_adapters(settings)
         if any(isinstance(a, ConsoleAdapter) for a in adapters) and input_is_empty():
             # Under Docker or systemd stdin is /dev/null: a clean exit there would only be restarted, silently.
             await store.aclose()
-            print(NO_PLATFORM_HELP, file=sys.stderr)
-            return EXIT_NOT_CONFIGURED
-        return await _serve(Gateway(await build_runtime(settings, store=store), adapters))
+            return None
+        runtime = await build_runtime(settings, store=store)
+    except BaseException:
+        await store.aclose()
+        raise
+    try:
+        gateway = Gateway(runtime, adapters)
+    except BaseException:
+        await _close_runtime(runtime)
+        raise
+    try:
+        await gateway.start()
+    except BaseException:
+        await gateway.aclose()
+        raise
+    return gateway
 
 
 async def _close_runtime(rt: Runtime) -> None:
@@ -548,21 +610,11 @@ async def _close_runtime(rt: Runtime) -> None:
     await rt.store.aclose()
 
 
-async def _serve(gateway: Gateway) -> int:
-    """Run ``gateway`` until a signal or the console's end; exit 2 when the console never got a line, 1 when a
-    platform cannot be reached at start-up or its connection cannot be recovered."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
+async def _serve(gateway: Gateway, stop: asyncio.Event) -> int:
+    """Run the started ``gateway`` until ``stop`` is set or the console ends; exit 2 when the console never got a
+    line, 1 when a platform connection cannot be recovered."""
     status = 0
     try:
-        try:
-            await gateway.start()
-        except ConnectionError as exc:
-            log.error("cannot start: %s", exc)
-            return EXIT_PLATFORM_FAILED
         closed = asyncio.create_task(gateway.wait_closed())
         stopping = asyncio.create_task(stop.wait())
         failed = asyncio.create_task(gateway.wait_failed())
@@ -577,9 +629,6 @@ async def _serve(gateway: Gateway) -> int:
             status = EXIT_PLATFORM_FAILED
     finally:
         await gateway.aclose()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.remove_signal_handler(sig)
     if not stop.is_set() and any(isinstance(a, ConsoleAdapter) and not a.interactive and not a.received_input
                                  for a in gateway.adapters):
         # A pipe that closed without a line (`true | concord run`): nobody is there either.
@@ -628,12 +677,15 @@ async def run_sweep(settings: Settings, dry_run: bool = False, *, show_progress:
 async def session_status(settings: Settings, store: Store, session_id: str) -> StatusFigures:
     """The /status figures of a stored session, computed exactly as the chat computes them (``sessions show``).
 
-    Needs no LLM: the window, thresholds and counts come from the settings and the store.
+    Needs no LLM. The window is the one the gateway last ran this session with (stored with its engine state
+    after every turn), so the thresholds are the chat's even where this command's environment names another
+    model or none; the compression settings (``compression.*``, ``llm.max_tokens``) are this command's own.
     """
+    record = await store.sessions.require(session_id)
+    settings = with_stored_window(settings, record.engine.context_length)
     rt = await build_runtime(settings, provider=None if settings.llm.configured else _NoProvider(), store=store,
                              locks=InProcessLocks(), probe_windows=False)
     try:
-        record = await store.sessions.require(session_id)
         sessions = SessionManager(rt)
         return status_figures(sessions, await sessions.attach(record, None, remember=False))
     finally:
@@ -641,6 +693,13 @@ async def session_status(settings: Settings, store: Store, session_id: str) -> S
         await rt.limits.aclose()  # the store is the caller's
         await rt.arrivals.aclose()
         await rt.claims.aclose()
+
+
+def with_stored_window(settings: Settings, window: int | None) -> Settings:
+    """``settings`` with ``llm.context_length`` set to the window a gateway stored for a session, when known."""
+    if not window or window == context_length_for(settings.llm.model, settings.llm.context_length):
+        return settings
+    return settings.model_copy(update={"llm": settings.llm.model_copy(update={"context_length": window})})
 
 
 class _NoProvider(Provider):

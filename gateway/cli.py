@@ -20,18 +20,19 @@ from agent.transcript import MalformedTranscript, read_transcript_file
 from gateway.cli_store import add_store_commands
 from gateway.config import ConfigError, Settings, load_settings, masked_dump
 from gateway.data_dir import ensure_data_dir
+from gateway.entry import EXIT_INTERRUPTED, StopRequested
 from gateway.logsetup import configure_logging
-from gateway.store import StorageUnavailable
+from gateway.store import CompactionNotFound, SessionNotFound, StorageUnavailable
 from gateway.store.migrate import first_line
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "main", "print_error"]
 
 # Documented in README.md ("Exit codes"): 1 aborted or not found, 2 bad input or configuration, 3 storage.
 EXIT_USAGE = 2
 EXIT_UNAVAILABLE = 3
 EXIT_UNHEALTHY = 1
-# What a shell reports for a command stopped by Ctrl-C, or killed by SIGPIPE (`concord sessions export ID | head`).
-EXIT_INTERRUPTED = 130
+EXIT_NOT_FOUND = 1
+# What a shell reports for a command killed by SIGPIPE (`concord sessions export ID | head`).
 EXIT_BROKEN_PIPE = 141
 
 
@@ -39,18 +40,20 @@ class CliParser(argparse.ArgumentParser):
     """argparse with its usage errors on one line (exit 2), pointing at ``--help`` instead of the usage block."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(EXIT_USAGE, f"concord: error: {message} (see {self.prog} --help)\n")
+
+
+def print_error(message: str) -> None:
+    """One error, on stderr, with the prefix every ``concord`` command uses (argparse's own errors included)."""
+    print(f"concord: error: {message}", file=sys.stderr)
 
 
 def _cmd_config_check(args: argparse.Namespace) -> int:
-    try:
-        settings = load_settings()
-    except ConfigError as exc:
-        print(f"concord: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    settings = load_settings()
     print(json.dumps(masked_dump(settings), indent=2, default=str))
     if not settings.llm.configured:
-        print("note: no LLM configured (set CONCORD_LLM__BASE_URL and CONCORD_LLM__MODEL)", file=sys.stderr)
+        print("concord: note: no LLM configured (set CONCORD_LLM__BASE_URL and CONCORD_LLM__MODEL)",
+              file=sys.stderr)
     return 0
 
 
@@ -60,10 +63,10 @@ def _cmd_tokens(args: argparse.Namespace) -> int:
     try:
         messages = read_transcript_file(Path(args.file), sys.stderr)
     except MalformedTranscript as exc:
-        print(f"concord: {args.file}: {exc}", file=sys.stderr)
+        print_error(f"{args.file}: {exc}")
         return EXIT_USAGE
     except OSError as exc:
-        print(f"concord: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
+        print_error(f"cannot read {args.file}: {exc.strerror}")
         return EXIT_USAGE
     counter = TokenCounter(args.encoding)
     exact = counter.count_messages(messages)
@@ -103,7 +106,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     try:
         return asyncio.run(run_gateway(settings))
     except (EngineNotFound, SummaryModelTooSmall) as exc:
-        print(f"concord: {exc}", file=sys.stderr)
+        print_error(str(exc))
         return EXIT_USAGE
 
 
@@ -123,7 +126,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         print(f"concord: {exc}; nothing to do (--force sweeps anyway)")
         return 0
     except RuntimeError as exc:
-        print(f"concord: {exc}", file=sys.stderr)
+        print_error(str(exc))
         return EXIT_USAGE
     print_sweep_report(report)
     return 0
@@ -152,7 +155,7 @@ def _cmd_health(args: argparse.Namespace) -> int:
 
     path = load_settings().gateway.heartbeat_file
     if path is None:
-        print("concord: gateway.heartbeat_file is not set, so there is nothing to check", file=sys.stderr)
+        print_error("gateway.heartbeat_file is not set, so there is nothing to check")
         return EXIT_USAGE
     age = heartbeat_age(path)
     if age is None or age > args.max_age:
@@ -174,11 +177,13 @@ def _positive_seconds(text: str) -> float:
 
 
 RUN_DESCRIPTION = """Start the gateway: every platform with a token configured (Discord, Telegram), or, when none
-is, a console chat in this terminal (Enter sends, Alt+Enter adds a line, Ctrl-C cancels an answer, twice
-quits; logs go to <data_dir>/concord.log meanwhile). Piped stdin is read one message per line; a stdin that
-is empty from the start, with no platform configured, exits 2. Stops cleanly on SIGINT/SIGTERM, letting
-turns in flight finish. Exit codes: 0 stopped, 2 configuration, 3 storage (another `concord run` holds the
-SQLite database, or the database cannot be opened)."""
+is, a console chat in this terminal (Enter sends, Alt+Enter adds a line, Ctrl-C stops an answer or clears the
+line and, at an empty prompt, quits; logs go to <data_dir>/concord.log meanwhile). Piped stdin is read one
+message per line; a stdin that is empty from the start, with no platform configured, exits 2. SIGINT/SIGTERM
+stop it cleanly: during start-up (waiting for the database, migrating, retrying a platform) at once, once
+running after the turns in flight finish. Exit codes: 0 stopped, 1 a platform cannot be reached or its
+connection cannot be recovered, 2 configuration, 3 storage (another `concord run` holds the SQLite database,
+or the database cannot be opened)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -235,13 +240,16 @@ def _run_command(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args) or 0)
     except ConfigError as exc:
-        print(f"concord: {exc}", file=sys.stderr)
+        print_error(str(exc))
         return EXIT_USAGE
+    except (SessionNotFound, CompactionNotFound) as exc:
+        print_error(f"not found: {exc}")
+        return EXIT_NOT_FOUND
     except StorageUnavailable as exc:
-        print(f"concord: {exc}", file=sys.stderr)
+        print_error(str(exc))
         return EXIT_UNAVAILABLE
     except SQLAlchemyError as exc:  # a query failed on a damaged database (a table dropped by hand, corrupt pages)
-        print(f"concord: database error: {first_line(exc)}", file=sys.stderr)
+        print_error(f"database query failed: {first_line(exc)}")
         return EXIT_UNAVAILABLE
 
 
@@ -250,6 +258,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return _run_command(args)
+    except StopRequested:
+        return 0  # `concord run` asked to stop before the gateway's own signal handlers were in place
     except KeyboardInterrupt:
         print("concord: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from agent.compression.redact import redact_message, redact_secrets
 from gateway.config import Settings, load_settings
-from gateway.store import CompactionNotFound, SessionNotFound, Store, upgrade_database
+from gateway.store import Store, upgrade_database
 
 __all__ = ["add_store_commands"]
 
@@ -38,10 +38,7 @@ def _with_store(body: Callable[[Store, argparse.Namespace], Awaitable[int]]) -> 
         async def go() -> int:
             store = await Store.open(settings.storage.url)
             try:
-                return await body(store, args)
-            except (SessionNotFound, CompactionNotFound) as exc:
-                print(f"concord: not found: {exc}", file=sys.stderr)
-                return 1
+                return await body(store, args)  # not found (session, compaction): `gateway.cli` says so, exit 1
             finally:
                 await store.aclose()
 
@@ -84,7 +81,9 @@ async def _show(store: Store, args: argparse.Namespace) -> int:
         _console().print(f"{key:>18}: {_shown(args, value) if value is not None else '-'}")
     # The same figures, computed the same way, as /status in the chat.
     status = format_status(await session_status(load_settings(), store, s.id))
-    _console().print("\n" + _shown(args, status) + "\n")
+    _console().print("\n" + _shown(args, status))
+    _console().print("(the window is the one the gateway stored for this session; model and compression settings "
+                     "are this command's configuration)\n")
     history = await store.compactions.history(s.id)
     if history:
         table = Table("#", "at", "reason", "messages", "tokens", "carried")

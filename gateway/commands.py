@@ -4,17 +4,18 @@
 ``/approve CODE`` (admin), ``/model [NAME | reset]`` (setting it: admin), ``/stop`` (the sender of the running
 answer, or an admin; handled by the router, outside the queue, and carried to the worker running the turn by
 `gateway.stops`), ``/persona [TEXT | reset]`` (admin), ``/pin TEXT``, ``/pins``, ``/unpin N`` (pin and
-unpin: admins in groups), ``/help``. Commands work the same on every platform;
+unpin: admins in groups), ``/whoami``, ``/help``. Commands work the same on every platform;
 adapters recognise them (``adapters.base.parse_command``, which drops ``/cmd@otherbot``). Texts here are short on purpose: chat is not a log, and a summary never appears in it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from adapters.base import Inbound
-from agent.compression.engine import CompressionResult
+from agent.compression.engine import CompressionResult, ContextEngine
 from agent.events import EventSink, NoticeSink
 from agent.memory import MemoryFull
 from gateway.busy import RunningTurn, StopOutcome
@@ -32,6 +33,7 @@ __all__ = [
     "ADMIN_COMMANDS",
     "CHANGING_COMMANDS",
     "COMMANDS",
+    "CONSOLE_COMMANDS",
     "INTERRUPTED_COMMAND",
     "Command",
     "CommandContext",
@@ -43,12 +45,14 @@ __all__ = [
     "format_status",
     "is_admin",
     "is_operator",
+    "nothing_to_compress",
     "persona_command",
     "run_command",
     "stats_command",
     "status_figures",
     "stop_command",
     "usage_command",
+    "whoami",
 ]
 
 COMMANDS: dict[str, str] = {
@@ -65,7 +69,12 @@ COMMANDS: dict[str, str] = {
     "pins": "/pins — the pinned rules",
     "unpin": "/unpin N — remove pin N",
     "remember": "/remember <fact> — save a fact to the bot-wide memory, which every chat sees (operators only)",
+    "whoami": "/whoami — your id, as gateway.admins and the access lists name you",
     "help": "/help — this list",
+}
+# Only the console has these (it handles them itself): never registered on a platform.
+CONSOLE_COMMANDS: dict[str, str] = {
+    "quit": "/quit — leave the console (so do Ctrl-D, and Ctrl-C at an empty prompt)",
 }
 ADMIN_COMMANDS = frozenset({"compress", "stats", "approve", "persona", "remember"})
 # /new resets a conversation everyone in a group shares, so there it is an admin command too.
@@ -166,13 +175,15 @@ def _pct(part: int, whole: int) -> str:
 
 def format_status(s: StatusFigures) -> str:
     """The /status reply: one figure per line."""
-    source = "last real prompt" if s.token_source == "usage" else "counted"
+    source = ("last real prompt: the size the model reported for its last request" if s.token_source == "usage"
+              else "counted: no request has reported its size yet")
     lines = [
         f"Session {s.session_id}",
         f"Context: {s.tokens:,} / {s.context_length:,} tokens ({_pct(s.tokens, s.context_length)}, {source})",
         *([f"Next request: {s.next_request_tokens:,} / {s.context_length:,} tokens "
             f"({_pct(s.next_request_tokens, s.context_length)}: {s.messages:,} messages, system prompt, "
-            f"{s.tool_count} tool schemas)"] if s.next_request_tokens is not None else []),
+            f"{s.tool_count} tool schemas, as counted here before your next message)"]
+          if s.next_request_tokens is not None else []),
         *([f"Window: {s.context_length:,} tokens, {s.window_source}"] if s.window_source else []),
         f"Messages: {s.messages:,}",
         f"Compression threshold: {s.threshold_tokens:,} tokens ({_pct(s.threshold_tokens, s.context_length)})",
@@ -238,12 +249,14 @@ def format_compress_result(result: CompressionResult) -> str:
     )
 
 
-def format_help(admin: bool) -> str:
-    """The /help reply; admin-only commands are marked for non-admins."""
+def format_help(admin: bool, *, console: bool = False) -> str:
+    """The /help reply; admin-only commands are marked for non-admins; the console adds its own."""
     lines = ["Commands:"]
     for name, text in COMMANDS.items():
         suffix = " (admins only)" if name in ADMIN_COMMANDS and not admin else ""
         lines.append(f"  {text}{suffix}")
+    if console:
+        lines += [f"  {text}" for text in CONSOLE_COMMANDS.values()]
     return "\n".join(lines)
 
 
@@ -287,9 +300,18 @@ async def run_command(command: Command, ctx: CommandContext) -> tuple[str, LiveS
         return await model_command(ctx.sessions, ctx.live, command.args, admin=ctx.admin), ctx.live
     if command.name == "remember":
         return await _remember(ctx, command.args), ctx.live
+    if command.name == "whoami":
+        return whoami(ctx.inbound), ctx.live
     if command.name == "help":
-        return format_help(ctx.admin), ctx.live
+        return format_help(ctx.admin, console=ctx.inbound.platform == "console"), ctx.live
     return f"Unknown command /{command.name}. Try /help.", ctx.live
+
+
+def whoami(inbound: Inbound) -> str:
+    """/whoami: the sender's ``platform:id``, ready to paste into ``gateway.admins`` or an access list."""
+    me = f"{inbound.platform}:{inbound.user_id}"
+    return (f"You are {me}. That is how gateway.admins and the access lists (gateway.allow_users, deny_users) "
+            f"name you, e.g. CONCORD_GATEWAY__ADMINS={me}")
 
 
 NOTHING_TO_STOP = "Nothing is running here to stop."
@@ -385,14 +407,40 @@ async def _pins(ctx: CommandContext, command: Command) -> str:
 async def _compress(ctx: CommandContext, focus: str | None) -> str:
     live = ctx.live
     framed = [{"role": "system", "content": live.system_prompt}, *live.messages]
+    counts = live.held_counts or [ctx.sessions.rt.counter.count_message(m) for m in live.messages]
     if not live.engine.has_content_to_compress(framed):
-        return NOTHING_TO_COMPRESS
+        return nothing_to_compress(live.engine, counts)
     async with ctx.sessions.rt.locks.try_compression_lock(live.id) as acquired:
         if not acquired:
             return BUSY
+        before = len(live.messages), sum(counts)
         result = await compress_session(ctx.sessions, live, reason=MANUAL_REASON, focus=focus, force=True,
                                         notices=ctx.notices, events=ctx.events)
+    if result.compressed:
+        # Told as the store records it (`concord sessions show`, /status's message count): the conversation's
+        # messages and their tokens, without the system prompt the engine was also given.
+        result = replace(result, messages_before=before[0], tokens_before=before[1],
+                         messages_after=len(live.messages), tokens_after=sum(live.token_counts))
     return format_compress_result(result)
+
+
+def nothing_to_compress(engine: ContextEngine, counts: Sequence[int]) -> str:
+    """Why /compress has nothing to do, in figures one can act on: the verbatim tail is sized in tokens, and
+    ``counts`` are the conversation's messages' token counts."""
+    if not counts:
+        return "Nothing to compress: this conversation has no messages yet."
+    budget = getattr(engine, "tail_token_budget", None)
+    if not isinstance(budget, int):  # another context engine: no figures to give
+        return NOTHING_TO_COMPRESS
+    sizing = (f"the newest messages up to {budget:,} tokens (compression.target_ratio × the "
+              f"{engine.threshold_tokens:,}-token compression threshold: the tail is sized in tokens, not messages)")
+    total = sum(counts)
+    if total <= budget:
+        return (f"Nothing to compress yet: all {len(counts):,} messages ({total:,} tokens) fit in the verbatim "
+                f"tail, which keeps {sizing}. /compress has work once the conversation outgrows that.")
+    return (f"Nothing to compress: the verbatim tail keeps {sizing}, the head the first messages, and what lies "
+            f"between cannot be summarized on its own (a tool call stays with its results, the last question "
+            f"and answer stay whole). {len(counts):,} messages, {total:,} tokens.")
 
 
 async def _remember(ctx: CommandContext, fact: str) -> str:

@@ -6,12 +6,13 @@ defaults. Secrets are `SecretStr`: they print as ``**********`` and are never ec
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import string
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import (
@@ -542,10 +543,28 @@ def _format_errors(exc: ValidationError) -> str:
         key = ".".join(str(p) for p in loc) or "(root)"
         message = err.get("msg", "invalid")
         if err.get("type") == "extra_forbidden":
-            lines.append(f"  {key}: unknown setting")
+            lines.append(f"  {key}: unknown setting{_did_you_mean(loc, _sibling_settings(loc))}")
             continue
         lines.append(f"  {key} = {_describe_value(loc, err.get('input'))}: {message}")
     return "invalid configuration:\n" + "\n".join(lines)
+
+
+def _did_you_mean(loc: tuple[Any, ...], known: Iterable[str]) -> str:
+    """" (did you mean llm.temperature?)" when a known name is close to the last part of ``loc``."""
+    close = difflib.get_close_matches(str(loc[-1]).lower(), list(known), n=1, cutoff=0.7)
+    return f" (did you mean {'.'.join([*map(str, loc[:-1]), close[0]])}?)" if close else ""
+
+
+def _sibling_settings(loc: tuple[Any, ...]) -> list[str]:
+    """The settings of the section that holds ``loc`` (empty when the path leads nowhere)."""
+    model: Any = Settings
+    for part in loc[:-1]:
+        field = getattr(model, "model_fields", {}).get(str(part))
+        if field is None:
+            return []
+        # A section typed `Model | None` is still that model.
+        model = next((t for t in (field.annotation, *get_args(field.annotation)) if hasattr(t, "model_fields")), None)
+    return list(getattr(model, "model_fields", {}))
 
 
 def unknown_env_sections(environ: Mapping[str, str]) -> list[str]:
@@ -562,9 +581,12 @@ def unknown_env_sections(environ: Mapping[str, str]) -> list[str]:
 
 
 def _unknown_section_lines(names: list[str]) -> list[str]:
-    known = ", ".join(Settings.model_fields)
-    return [f"  {name}: unknown section {name.upper().removeprefix('CONCORD_').split('__', 1)[0].lower()!r} "
-            f"(sections: {known})" for name in names]
+    lines = []
+    for name in names:
+        section = name.upper().removeprefix("CONCORD_").split("__", 1)[0].lower()
+        hint = _did_you_mean((section,), Settings.model_fields) or f" (sections: {', '.join(Settings.model_fields)})"
+        lines.append(f"  {name}: unknown section {section!r}{hint}")
+    return lines
 
 
 def load_settings(**overrides: Any) -> Settings:

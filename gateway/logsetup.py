@@ -199,7 +199,7 @@ def configure_logging(level: str, *, json_logs: bool, log_content: bool = False,
         try:
             handlers.append(logging.FileHandler(log_file, encoding="utf-8"))
         except OSError as exc:
-            print(f"concord: cannot write the log file {log_file} ({exc.strerror}); only warnings are shown",
+            print(f"concord: warning: cannot write the log file {log_file} ({exc.strerror}); only warnings are shown",
                   file=sys.stderr)
     for handler in handlers:
         handler.addFilter(RedactingFilter())

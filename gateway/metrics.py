@@ -1,4 +1,4 @@
-"""Process-wide observability (SPEC §8): counters since start, a bounded ring of turn times, and one
+"""Process-wide observability (docs/rules.md §8): counters since start, a bounded ring of turn times, and one
 structured log line per compaction.
 
 `Metrics` is an `EventSink`: the router, hygiene, /compress and the sweep hand it their ``AgentEvent``s. What
@@ -146,6 +146,10 @@ class Metrics:
         self.turn_seconds.append(seconds)
         self.instruments.turns.labels("failed" if failed else "ok").observe(seconds)
 
+    def record_agent_call(self) -> None:
+        """A conversation began a model call (answered, failed or stopped mid-answer by /stop)."""
+        self.agent_llm_calls += 1
+
     def record_summary_call(self, usage: Usage | None, *, model: str = "", seconds: float | None = None,
                             error: str | None = None) -> None:
         """One call by the context engine; ``usage`` None when it failed (``error``: the error's kind)."""
@@ -175,7 +179,7 @@ class Metrics:
 
     @property
     def llm_calls(self) -> int:
-        """Every successful or failed LLM call seen: the agent's answered calls and the engine's calls."""
+        """Every LLM call made: the agent's (answered, failed or stopped) and the engine's."""
         return self.agent_llm_calls + self.summary_calls
 
     @property
@@ -205,8 +209,7 @@ class Metrics:
     def observe(self, event: AgentEvent, *, kind: str | None = None) -> None:
         """Record ``event``; ``kind`` overrides the compression kind derived from its reason."""
         data = event.data
-        if event.kind == EVENT_LLM_RESPONSE:
-            self.agent_llm_calls += 1
+        if event.kind == EVENT_LLM_RESPONSE:  # counted as a call by the agent's `MeteredProvider`
             model = self._model_label(str(data.get("model") or ""))
             seconds = data.get("seconds")
             if isinstance(seconds, int | float):
@@ -335,3 +338,7 @@ class MeteredProvider(Provider):
         if self._on_usage is not None:
             await self._on_usage(completion.usage)
         return completion
+
+    async def aclose(self) -> None:
+        """Close the inner provider."""
+        await self.inner.aclose()

@@ -1,4 +1,4 @@
-"""Lossless recall (SPEC §8): the ``search_history`` tool over the turns a compaction took out of view.
+"""Lossless recall (docs/rules.md §8): the ``search_history`` tool over the turns a compaction took out of view.
 
 A summary keeps the gist but drops exact values (ids, numbers, error strings, constraints). The store keeps
 every replaced row, searchable; this tool lets the model look them up. It searches only the current

@@ -1,4 +1,4 @@
-"""Shared fixtures: real service URLs (PostgreSQL, Redis) with skip-or-fail semantics, and the corpus root.
+"""Shared fixtures: real service URLs (PostgreSQL, Redis) with skip-or-fail semantics, the corpus root, and\nlogging put back after every test.
 
 Tests needing a service use the ``postgres_url`` / ``redis_url`` fixtures. When the service is not
 configured or not answering they skip, unless ``CONCORD_REQUIRE_SERVICES=1`` (set by .ci/run), which turns
@@ -7,8 +7,10 @@ the skip into a failure.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -58,7 +60,40 @@ def redis_url() -> str:
 
 @pytest.fixture(scope="session")
 def corpus_root() -> Path:
-    """``../shared/corpus``; tests using it skip when it is absent."""
+    """The corpus folder (``CONCORD_CORPUS_DIR``, see bench/corpus.py); tests using it skip when it is absent."""
     if not CORPUS_ROOT.is_dir():
         pytest.skip(f"corpus not found at {CORPUS_ROOT}")
     return CORPUS_ROOT
+
+
+def _logger_levels() -> dict[str, int]:
+    manager = logging.Logger.manager
+    return {name: logger.level for name, logger in list(manager.loggerDict.items())
+            if isinstance(logger, logging.Logger)}
+
+
+def _own_handlers(root: logging.Logger) -> list[logging.Handler]:
+    """The root's handlers except pytest's capturing ones, which pytest itself adds and removes per phase."""
+    return [h for h in root.handlers if not type(h).__module__.startswith("_pytest")]
+
+
+@pytest.fixture(autouse=True)
+def _logging_restored() -> Iterator[None]:
+    """Put logging back as it was after each test.
+
+    ``configure_logging`` (``concord run``'s set-up, called by some tests) changes process-wide state: the root
+    logger's handlers and level, and the levels of library loggers (httpx and others held at WARNING). Left in
+    place, a later test sees another test's set-up: its caplog misses records or catches ones it never expected.
+    """
+    root = logging.getLogger()
+    handlers, level, levels = _own_handlers(root), root.level, _logger_levels()
+    yield
+    for handler in _own_handlers(root):
+        if handler not in handlers:
+            root.removeHandler(handler)
+    for handler in handlers:
+        if handler not in root.handlers:
+            root.addHandler(handler)
+    root.setLevel(level)
+    for name in _logger_levels():
+        logging.getLogger(name).setLevel(levels.get(name, logging.NOTSET))

@@ -13,6 +13,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -96,17 +97,17 @@ def run_compress_command(
     stdin, stdout, stderr = stdin or sys.stdin, stdout or sys.stdout, stderr or sys.stderr
     opts = args if isinstance(args, argparse.Namespace) else build_parser().parse_args(list(args))
     if opts.context_length <= 0 or not 0 < opts.threshold <= 1:
-        stderr.write("error: --context-length must be positive and --threshold in (0, 1]\n")
+        stderr.write("concord: error: --context-length must be positive and --threshold in (0, 1]\n")
         return 2
     to_file = opts.output not in (None, "-")
     if to_file and Path(opts.output).is_dir():
-        stderr.write(f"error: {opts.output} is a directory (-o names the output file)\n")
+        stderr.write(f"concord: error: {opts.output} is a directory (-o names the output file)\n")
         return 2
     if to_file and Path(opts.output).exists() and not opts.force:
-        stderr.write(f"error: {opts.output} exists (use --force to overwrite)\n")
+        stderr.write(f"concord: error: {opts.output} exists (use --force to overwrite)\n")
         return 2
     if opts.summary == "llm" and provider_factory is None:
-        stderr.write("error: --summary llm needs a configured summary model (or use --summary static)\n")
+        stderr.write("concord: error: --summary llm needs a configured summary model (or use --summary static)\n")
         return 2
     try:
         if opts.input == "-":
@@ -114,24 +115,27 @@ def run_compress_command(
         else:
             messages = read_transcript_file(Path(opts.input), stderr)
     except MalformedTranscript as error:
-        stderr.write(f"error: {opts.input}: {error}\n")
+        stderr.write(f"concord: error: {opts.input}: {error}\n")
         return 2
     except OSError as error:
-        stderr.write(f"error: cannot read {opts.input}: {error.strerror}\n")
+        stderr.write(f"concord: error: cannot read {opts.input}: {error.strerror}\n")
         return 2
     provider = provider_factory() if opts.summary == "llm" and provider_factory is not None else None
     try:
         result = asyncio.run(_compress(messages, opts, provider, summary_window))
     except SummaryModelTooSmall as error:
-        stderr.write(f"error: {error}\n")
+        stderr.write(f"concord: error: {error}\n")
         return 2
+    if opts.summary == "static" and result.summary_kind == "static":
+        # What was asked for; the compressor's reason (no summary provider configured) would read as a failure.
+        result = replace(result, reason="")
     report_stream = stdout if to_file else stderr
     if to_file:
         try:
             with Path(opts.output).open("w", encoding="utf-8") as out:
                 _write(result.messages, out)
         except OSError as error:
-            stderr.write(f"error: cannot write {opts.output}: {error.strerror}\n")
+            stderr.write(f"concord: error: cannot write {opts.output}: {error.strerror}\n")
             return 2
     else:
         _write(result.messages, stdout)
@@ -139,7 +143,7 @@ def run_compress_command(
     report_stream.write(report + "\n")
     room = opts.context_length - (output_reserve(None, opts.context_length) or 0)
     if result.tokens_after > room:
-        stderr.write(f"warning: the result still does not fit: {result.tokens_after:,} tokens, but a "
+        stderr.write(f"concord: warning: the result still does not fit: {result.tokens_after:,} tokens, but a "
                      f"{opts.context_length:,}-token window leaves {room:,} beside the answer\n")
         return 1
     return 1 if result.aborted else 0

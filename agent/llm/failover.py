@@ -111,6 +111,8 @@ class FailoverProvider(Provider):
             raise ValueError(f"model names must be unique, got {names}")
         self.routes = tuple(routes)
         self.cooldowns = Cooldowns(cooldown_seconds, clock)
+        # Hears every call a conversation begins (answered, failed or stopped): the gateway's /stats count.
+        self.on_chat_call: Callable[[], None] | None = None
         self.name = self.main.provider.name
         self.model = self.main.provider.model
 
@@ -248,6 +250,9 @@ class ChatFailover(Provider):
         except Rerouted as rerouted:
             self._rerouted_by = rerouted.failure
             raise
+        finally:
+            if self.chain.on_chat_call is not None:
+                self.chain.on_chat_call()
         failure, self._rerouted_by = failure or self._rerouted_by, None
         self.answered_by = route
         if route is self.preferred:

@@ -35,10 +35,12 @@ def clean_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def _one_line(err: str) -> str:
+def _one_line(err: str, prefix: str = "concord: error: ") -> str:
+    """The one line of ``err``; an error starts like every other command's."""
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1, err
     assert "Traceback" not in err
+    assert lines[0].startswith(prefix), lines[0]
     return lines[0]
 
 
@@ -157,8 +159,12 @@ def test_run_help_explains_the_console_and_exit_codes(capsys: pytest.CaptureFixt
 
 
 @pytest.mark.parametrize(("env", "fragment"), [
-    ({"CONCORD_LLMM__MODEL": "gpt-4o"}, "CONCORD_LLMM__MODEL: unknown section 'llmm'"),
-    ({"CONCORD_LLM__MODELL": "gpt-4o"}, "llm.modell: unknown setting"),
+    ({"CONCORD_LLMM__MODEL": "gpt-4o"}, "CONCORD_LLMM__MODEL: unknown section 'llmm' (did you mean llm?)"),
+    ({"CONCORD_LLM__MODELL": "gpt-4o"}, "llm.modell: unknown setting (did you mean llm.model?)"),
+    ({"CONCORD_LLM__TEMPRATURE": "0.5"}, "llm.temprature: unknown setting (did you mean llm.temperature?)"),
+    ({"CONCORD_AUXILIARY__COMPRESSION__MODLE": "m"},
+     "auxiliary.compression.modle: unknown setting (did you mean auxiliary.compression.model?)"),
+    ({"CONCORD_XYZZY__A": "1"}, "unknown section 'xyzzy' (sections: llm, compression,"),
     ({"CONCORD_LLM__CONTEXT_LENGTH": str(10**30)}, "llm.context_length"),
     ({"CONCORD_GATEWAY__IDLE_EXPIRY_MINUTES": "99999999999"}, "gateway.idle_expiry_minutes"),
     ({"CONCORD_REDIS__LOCK_TIMEOUT_SECONDS": "1e12"}, "redis.lock_timeout_seconds"),
@@ -333,5 +339,5 @@ def test_ctrl_c_during_a_command_is_one_line(clean_env: Path) -> None:
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     assert proc.wait(30) == 130
-    assert _one_line(proc.stderr.read().decode()) == "concord: interrupted"
+    assert _one_line(proc.stderr.read().decode(), prefix="concord: ") == "concord: interrupted"
     proc.stdin.close()

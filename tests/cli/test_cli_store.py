@@ -96,7 +96,7 @@ def test_unreachable_database_is_one_line_without_the_password(
     assert main(["sessions", "list"]) == 3
     assert main(["db", "upgrade"]) == 3
     err = capsys.readouterr().err
-    assert err.count("concord: cannot open the database") == 2
+    assert err.count("concord: error: cannot open the database") == 2
     assert "hunter2pw" not in err and "Traceback" not in err
 
 

@@ -36,6 +36,7 @@ def test_static_compress_writes_output_and_json_report(tmp_path: Path) -> None:
     report = json.loads(stdout.getvalue())
     assert REQUIRED <= report.keys()
     assert report["summary_kind"] == "static" and report["tokens_after"] < report["tokens_before"]
+    assert "no summary provider" not in report["reason"]  # static was asked for: no failure to report
     written = _read(out_path)
     assert len(written) == report["messages_after"] and written[-1] == coding_session(30)[-1]
 
@@ -47,6 +48,7 @@ def test_human_report_and_stdout_transcript(tmp_path: Path) -> None:
                                                            "static", "--focus", "m3"]), stdout=stdout, stderr=stderr)
     assert code == 0
     assert stderr.getvalue().startswith("Compressed 121 → ") and "summary: static" in stderr.getvalue()
+    assert "no summary provider" not in stderr.getvalue() and "note:" not in stderr.getvalue()
     assert all(json.loads(line)["role"] for line in stdout.getvalue().splitlines())
 
 

@@ -99,4 +99,4 @@ def test_concord_compress_exits_1_when_the_result_still_does_not_fit(tmp_path: P
     code = run_compress_command([str(src), "-o", str(tmp_path / "out.jsonl"), "--summary", "static",
                                  "--context-length", "1000"], stdout=io.StringIO(), stderr=stderr)
     assert code == 1
-    assert stderr.getvalue().startswith("warning: the result still does not fit: ")
+    assert stderr.getvalue().startswith("concord: warning: the result still does not fit: ")

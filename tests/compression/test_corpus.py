@@ -1,4 +1,5 @@
-"""The invariants over every real transcript of ../shared/corpus, compressed once with the static summary.
+"""The invariants over every real transcript of the corpus folder (``CONCORD_CORPUS_DIR``; skipped without it),
+compressed once with the static summary.
 
 Each transcript is compressed as ``concord compress --summary static`` would, with the window set to the
 transcript's own size (so it is "full"); transcripts with 30+ messages must come out smaller.

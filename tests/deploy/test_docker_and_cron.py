@@ -5,26 +5,13 @@ from __future__ import annotations
 import fnmatch
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
-REPO = Path(__file__).resolve().parents[2]
-DEPLOY = REPO / "deploy"
+from tests.deploy.conftest import COMPOSE, DEPLOY, REPO, compose, resolved, stack_copy
 
-
-def _compose_tool() -> list[str] | None:
-    if shutil.which("docker-compose"):
-        return ["docker-compose"]
-    if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True,
-                                                 timeout=30).returncode == 0:
-        return ["docker", "compose"]
-    return None
-
-
-COMPOSE = _compose_tool()
+needs_compose = pytest.mark.skipif(COMPOSE is None, reason="neither docker-compose nor docker compose is installed")
 
 
 def _dockerfile() -> list[tuple[str, str]]:
@@ -69,52 +56,25 @@ def test_dockerignore_keeps_the_venv_data_and_secrets_out_of_the_build_context()
         assert not _ignored(path, patterns), path
 
 
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    """The repository's deploy/ with a .env made the documented way (cp .env.example .env)."""
-    shutil.copytree(DEPLOY, tmp_path / "deploy")
-    shutil.copy(REPO / ".env.example", tmp_path / ".env")
-    return tmp_path
-
-
-def _config(project: Path, *files: str) -> dict:
-    assert COMPOSE is not None
-    args = [part for name in files for part in ("-f", f"deploy/{name}")]
-    result = subprocess.run([*COMPOSE, *args, "config"], cwd=project, capture_output=True, text=True, timeout=60,
-                            env={"PATH": "/usr/local/bin:/usr/bin:/bin", "POSTGRES_PASSWORD": "pw-for-test"})
-    assert result.returncode == 0, result.stderr
-    return yaml.safe_load(result.stdout)
-
-
-@pytest.mark.skipif(COMPOSE is None, reason="neither docker-compose nor the docker compose plugin is installed")
-def test_compose_file_is_valid_and_overrides_the_host_settings(project: Path) -> None:
-    concord = _config(project, "docker-compose.yml")["services"]["concord"]
+@needs_compose
+def test_compose_file_overrides_the_settings_with_the_stacks_own(tmp_path: Path) -> None:
+    concord = resolved(stack_copy(tmp_path, POSTGRES_PASSWORD="pw-for-test"))["services"]["concord"]
     env = concord["environment"]
-    # The container's own values win over .env, which was written for the host.
+    # The container's own values win over deploy/.env.
     assert env["CONCORD_STORAGE__DATA_DIR"] == "/data"
     assert env["CONCORD_TELEGRAM__WEBHOOK_LISTEN"] == "0.0.0.0"
     assert env["CONCORD_GATEWAY__HEARTBEAT_FILE"] == "/tmp/concord.heartbeat"
     assert env["CONCORD_STORAGE__DATABASE_URL"].startswith("postgresql+asyncpg://concord:pw-for-test@postgres")
-    assert env["CONCORD_LLM__PROVIDER"] == "openai"  # and the rest comes from .env
-    assert "ports" not in concord  # scaling workers must not fight over one host port
+    assert env["CONCORD_LLM__PROVIDER"] == "openai"  # and the rest comes from deploy/.env
 
 
-@pytest.mark.skipif(COMPOSE is None, reason="neither docker-compose nor the docker compose plugin is installed")
-def test_webhook_override_publishes_the_port_on_the_hosts_loopback(project: Path) -> None:
-    concord = _config(project, "docker-compose.yml", "docker-compose.webhook.yml")["services"]["concord"]
-    [port] = concord["ports"]
-    published = port if isinstance(port, str) else f"{port.get('host_ip')}:{port['published']}:{port['target']}"
-    assert published.removesuffix("/tcp") == "127.0.0.1:8443:8443"
-
-
-@pytest.mark.skipif(COMPOSE is None, reason="neither docker-compose nor the docker compose plugin is installed")
-def test_compose_without_env_file_names_it(tmp_path: Path) -> None:
+@needs_compose
+def test_compose_without_its_env_file_names_it(tmp_path: Path) -> None:
     shutil.copytree(DEPLOY, tmp_path / "deploy")
-    result = subprocess.run([*COMPOSE, "-f", "deploy/docker-compose.yml", "config"], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=60,
-                            env={"PATH": "/usr/local/bin:/usr/bin:/bin", "POSTGRES_PASSWORD": "x"})
-    assert result.returncode != 0 and ".env" in result.stderr  # which is why README says `cp .env.example .env`
-    assert "cp .env.example .env" in (REPO / "README.md").read_text()
+    result = compose(tmp_path, "config")
+    assert result.returncode != 0 and ".env" in result.stderr  # which is why the guides say to make deploy/.env
+    for guide in (REPO / "README.md", DEPLOY / "README.md"):
+        assert "cp .env.example deploy/.env" in guide.read_text()
 
 
 # Debian's cron (run-parts naming) reads /etc/cron.d files whose names are only letters, digits, - and _.
@@ -140,3 +100,4 @@ def test_cron_file_is_installable_in_cron_d_as_named() -> None:
     # The sweep uses the service's data and cache directories.
     assert env["CONCORD_STORAGE__DATA_DIR"] == "/var/lib/concord" and "StateDirectory=concord" in service
     assert env["TIKTOKEN_CACHE_DIR"].startswith("/var/cache/concord/") and "CacheDirectory=concord" in service
+

@@ -14,24 +14,15 @@ import pytest
 import yaml
 
 from gateway.config import load_settings
-
-REPO = Path(__file__).resolve().parents[2]
-DEPLOY = REPO / "deploy"
-COMPOSE = shutil.which("docker-compose")
+from tests.deploy.conftest import COMPOSE, DEPLOY, resolved, stack_copy
 
 
-def _compose(tmp_path: Path, replicas: str | None = None) -> dict[str, Any]:
-    """The stack as docker-compose resolves it (``config``), from a copy of the repository's deploy/ with an
-    empty .env; without docker-compose, the file itself."""
+def _compose(tmp_path: Path) -> dict[str, Any]:
+    """The stack as docker-compose resolves it, from a deploy/.env made the documented way; without
+    docker-compose, the file itself."""
     if COMPOSE is None:
         return yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
-    shutil.copytree(DEPLOY, tmp_path / "deploy")
-    (tmp_path / ".env").write_text("")
-    env = {"PATH": "/usr/bin:/bin", "POSTGRES_PASSWORD": "pw", **({"CONCORD_REPLICAS": replicas} if replicas else {})}
-    result = subprocess.run([COMPOSE, "-f", "deploy/docker-compose.yml", "config"], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    return yaml.safe_load(result.stdout)
+    return resolved(stack_copy(tmp_path, POSTGRES_PASSWORD="pw"))
 
 
 def test_the_stack_runs_replicas_checked_on_readyz(tmp_path: Path) -> None:
@@ -44,14 +35,9 @@ def test_the_stack_runs_replicas_checked_on_readyz(tmp_path: Path) -> None:
     assert env["CONCORD_REDIS__URL"].startswith("redis://redis:")  # replicas need Redis to share work
     assert env["CONCORD_STORAGE__DATABASE_URL"].startswith("postgresql+asyncpg://")
     if COMPOSE is not None:
-        assert concord["deploy"]["replicas"] == 2
+        assert concord["deploy"]["replicas"] == 1  # safe for every platform (unsharded Discord included)
     # The settings the stack gives are valid settings.
     load_settings(metrics={"port": port, "listen": env["CONCORD_METRICS__LISTEN"]})
-
-
-@pytest.mark.skipif(COMPOSE is None, reason="docker-compose is not installed")
-def test_the_replica_count_comes_from_the_environment(tmp_path: Path) -> None:
-    assert _compose(tmp_path, replicas="5")["services"]["concord"]["deploy"]["replicas"] == 5
 
 
 def test_redis_persists_and_postgres_keeps_a_volume(tmp_path: Path) -> None:

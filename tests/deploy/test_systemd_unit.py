@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -81,6 +82,16 @@ def test_unit_keeps_every_write_inside_its_own_directories() -> None:
     # The user the unit runs as is created by the documented install step, in the unit and the README.
     assert "useradd --system" in UNIT.read_text()
     assert "useradd --system" in (REPO / "README.md").read_text()
+
+
+def test_the_install_notes_name_a_real_readme_section_and_a_python_the_service_can_see() -> None:
+    readme = (REPO / "README.md").read_text()
+    [section] = re.findall(r'README\.md "([^"]+)"', UNIT.read_text())
+    assert f"\n## {section}\n" in readme, section
+    # ProtectHome=true hides /root and /home from the service: a pyenv interpreter there cannot run the venv.
+    assert SERVICE["ProtectHome"] == ["true"]
+    for text in (UNIT.read_text(), readme):
+        assert "make PYTHON=/usr/bin/python3 .venv/.installed" in text
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")

@@ -38,7 +38,7 @@ async def test_compress_command_ends_like_every_compaction(gateway_factory: Gate
     old_id = await bulk_session(gateway, "dm:c1", chatter(60, words=80), last_prompt_tokens=5_000)
     answer_by_kind(fake_llm)
     await adapter.say("/compress", admin_hint=True)
-    assert adapter.texts()[-1].startswith("Compressed: 61 → ")  # 60 + the system prompt
+    assert adapter.texts()[-1].startswith("Compressed: 60 → ")  # the conversation, as /status counts it
 
     record = await gateway.rt.store.sessions.get_active("discord", "dm:c1")
     assert record is not None and (record.id == old_id) is in_place

@@ -64,7 +64,7 @@ async def test_console_chat_through_a_subprocess_with_piped_stdin(tmp_path: Path
     assert proc.returncode == 0, err.decode()[-2000:]
     assert [line.split(" ", 2)[:2] for line in text.splitlines() if line.startswith("answer ")] == [
         ["answer", str(i)] for i in range(30)]
-    assert "Compressed: 61 → " in text  # the console user is the local admin
+    assert "Compressed: 60 → " in text  # the console user is the local admin
     assert "Compressions: 1" in text and "manual /compress" in text and "Engine: compressor" in text
     assert "/new — start a fresh session" in text
     assert (tmp_path / "data" / "concord.db").exists()

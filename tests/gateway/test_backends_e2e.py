@@ -40,7 +40,7 @@ async def test_postgres_and_redis_serve_queue_and_compress(private_postgres: str
         assert adapter.texts() == [f"re: question {i:02d}" for i in range(30)]
         kinds = answer_by_kind(fake_llm)
         await adapter.say("/compress", admin_hint=True)
-        assert adapter.texts()[-1].startswith("Compressed: 61 → ") and kinds == ["summary"]
+        assert adapter.texts()[-1].startswith("Compressed: 60 → ") and kinds == ["summary"]
         record = await gateway.rt.store.sessions.get_active("discord", "dm:c1")
         assert record.compactions == 1
     finally:

@@ -45,6 +45,9 @@ async def test_stop_cancels_the_running_turn_and_keeps_the_transcript_valid(
     assert [m["content"] for m in sent if m["role"] == "user"][-2:] == ["write me an epic", "try again"]
     record = await gateway.rt.store.sessions.get_active("discord", "dm:d1")
     assert record is not None and record.message_count == 3
+    # Both calls were made (the stopped one was streaming a paid answer): /stats counts both.
+    await adapter.say("/stats", chat_id="d1", user_id="boss")
+    assert "LLM calls: 2 (2 agent, 0 summary" in adapter.texts()[-1]
 
 
 async def test_only_the_sender_or_an_admin_may_stop(gateway_factory: GatewayFactory, fake_llm: FakeLLMServer) -> None:

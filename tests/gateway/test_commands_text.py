@@ -79,3 +79,8 @@ def test_status_lists_every_figure() -> None:
 def test_help_marks_admin_commands_for_non_admins() -> None:
     assert "(admins only)" in format_help(admin=False)
     assert "(admins only)" not in format_help(admin=True)
+
+
+def test_help_lists_quit_only_in_the_console() -> None:
+    assert "/quit" in format_help(admin=True, console=True)
+    assert "/quit" not in format_help(admin=True)

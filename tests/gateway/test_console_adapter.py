@@ -150,32 +150,63 @@ async def test_history_and_line_editing(tmp_path: Path) -> None:
     assert seen[-1] == "hello world"
 
 
+def slow_first(seen: list[str], cancelled: asyncio.Event) -> Callable[[ConsoleAdapter], InboundHandler]:
+    """A handler whose first answer would take 60 s (``cancelled`` is set when it is cut off); later ones are
+    instant. Every message is recorded in ``seen``."""
+
+    def build(adapter: ConsoleAdapter) -> InboundHandler:
+        async def handler(inbound: Inbound) -> None:
+            seen.append(inbound.text)
+            if len(seen) == 1:
+                try:
+                    await asyncio.sleep(60)
+                except asyncio.CancelledError:
+                    cancelled.set()
+                    raise
+        return handler
+
+    return build
+
+
 async def test_ctrl_c_cancels_the_running_answer_at_once_and_a_second_quits() -> None:
     seen: list[str] = []
     cancelled = asyncio.Event()
-
-    def slow(adapter: ConsoleAdapter) -> InboundHandler:
-        async def handler(inbound: Inbound) -> None:
-            seen.append(inbound.text)
-            try:
-                await asyncio.sleep(60)
-            except asyncio.CancelledError:
-                cancelled.set()
-                raise
-        return handler
-
-    async with terminal(slow) as term:
+    async with terminal(slow_first(seen, cancelled)) as term:
         await term.type("a long question\r")
         await until(term.adapter._status)  # "thinking…" under the prompt
         started = asyncio.get_running_loop().time()
         await term.type(CTRL_C, settle=0)
         await asyncio.wait_for(cancelled.wait(), 5)
         assert asyncio.get_running_loop().time() - started < 10  # the answer would take 60 s
-        await until(lambda: "answer cancelled" in term.out.getvalue())
         await until(lambda: not term.adapter._status())
         await term.type(CTRL_C)
         await asyncio.wait_for(term.adapter.wait_closed(), 5)
     assert seen == ["a long question"]
+
+
+async def test_ctrl_c_clears_a_half_typed_line_as_a_shell_does() -> None:
+    seen: list[str] = []
+    async with terminal(echo(seen)) as term:
+        await term.type("half a thou")
+        await term.type(CTRL_C)
+        assert not term.adapter._closed.is_set()  # still chatting
+        await term.type("hello\r")
+        await until(lambda: seen == ["hello"])  # the draft is gone, not prepended
+        await term.type(CTRL_C)  # an empty prompt: quits
+        await asyncio.wait_for(term.adapter.wait_closed(), 5)
+
+
+async def test_ctrl_c_stops_the_answer_and_keeps_the_line_being_typed() -> None:
+    seen: list[str] = []
+    cancelled = asyncio.Event()
+    async with terminal(slow_first(seen, cancelled)) as term:
+        await term.type("a long question\r")
+        await until(term.adapter._status)
+        await term.type("and then")
+        await term.type(CTRL_C)
+        await asyncio.wait_for(cancelled.wait(), 5)
+        await term.type(" this\r")
+        await until(lambda: seen == ["a long question", "and then this"])
 
 
 async def test_ctrl_c_goes_to_the_gateway_when_it_listens() -> None:

@@ -7,7 +7,6 @@ import io
 import json
 import logging
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,19 +27,9 @@ SECRET = "sk-proj-Zk3L9qP2mX7vB4nRtY8wQ1eA"
 
 
 @pytest.fixture
-def capture() -> Iterator[io.StringIO]:
-    root = logging.getLogger()
-    saved = (list(root.handlers), root.level,
-             {name: logging.getLogger(name).level for name in [*CONTENT_LOGGERS, "httpx", "telegram.ext"]})
-    stream = io.StringIO()
-    yield stream
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
-    for handler in saved[0]:
-        root.addHandler(handler)
-    root.setLevel(saved[1])
-    for name, level in saved[2].items():
-        logging.getLogger(name).setLevel(level)
+def capture() -> io.StringIO:
+    # tests/conftest.py puts the logging set-up back after each test.
+    return io.StringIO()
 
 
 def _records(stream: io.StringIO) -> list[dict[str, object]]:

@@ -45,7 +45,7 @@ async def compacted(gateway: Gateway, adapter: ScriptedAdapter, fake_llm: FakeLL
     options = where(chat)
     options.pop("mentions_bot", None)
     await adapter.say("/compress", admin_hint=True, **options)
-    assert adapter.texts(chat)[-1].startswith("Compressed: 41 → ")
+    assert adapter.texts(chat)[-1].startswith("Compressed: 40 → ")
 
 
 def chat_script(fake_llm: FakeLLMServer, *replies: Reply) -> None:

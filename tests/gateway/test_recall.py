@@ -1,4 +1,4 @@
-"""search_history (SPEC §8 lossless recall): the model looks up exact values a compaction took out of view."""
+"""search_history (docs/rules.md §8, lossless recall): the model looks up exact values a compaction took out of view."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ async def compacted_chat(gateway: Gateway, adapter: ScriptedAdapter, fake_llm: F
     session_id = await bulk_session(gateway, f"dm:{chat_id}", conversation(fact))
     answer_by_kind(fake_llm)
     await adapter.say("/compress", chat_id=chat_id, admin_hint=True)
-    assert adapter.texts(chat_id)[-1].startswith("Compressed: 41 → ")
+    assert adapter.texts(chat_id)[-1].startswith("Compressed: 40 → ")
     return session_id
 
 

@@ -43,7 +43,7 @@ async def test_an_exact_value_compacted_away_comes_back_through_search_and_read(
     await bulk_session(gateway, "dm:c1", history)
     fake_llm.responder = agent_that_looks_things_up
     await adapter.say("/compress", admin_hint=True)
-    assert adapter.texts()[-1].startswith("Compressed: 41 → ")
+    assert adapter.texts()[-1].startswith("Compressed: 40 → ")
 
     await adapter.say("What was the staging replica port in that config dump?")
     assert adapter.texts()[-1] == f"The staging replica port is {VALUE}."

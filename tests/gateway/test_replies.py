@@ -50,5 +50,10 @@ def test_status_shows_what_the_next_request_will_hold() -> None:
     figures = StatusFigures("s", 450, "usage", 4_096, 2_611, 3_481, 5_000, 12, 3, "compressor", "m",
                             next_request_tokens=2_300, tool_count=2)
     text = format_status(figures)
-    assert "Context: 450 / 4,096 tokens (11%, last real prompt)" in text
-    assert "Next request: 2,300 / 4,096 tokens (56%: 12 messages, system prompt, 2 tool schemas)" in text
+    # Each says what it is: the model's own figure for the last request, and Concord's count of the next one.
+    assert "Context: 450 / 4,096 tokens (11%, last real prompt: the size the model reported for its last " \
+           "request)" in text
+    assert "Next request: 2,300 / 4,096 tokens (56%: 12 messages, system prompt, 2 tool schemas, as counted " \
+           "here before your next message)" in text
+    counted = format_status(StatusFigures("s", 450, "count", 4_096, 2_611, 3_481, 5_000, 12, 3, "compressor", "m"))
+    assert "(11%, counted: no request has reported its size yet)" in counted

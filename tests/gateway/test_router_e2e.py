@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.commands import NOTHING_TO_COMPRESS
 from tests.fakes.llm_server import FakeLLMServer
 from tests.gateway.conftest import SUMMARY_MARKER, GatewayFactory, answer_by_kind
 
@@ -100,10 +99,10 @@ async def test_compress_is_admin_only_and_reports_before_after(gateway_factory: 
     kinds = answer_by_kind(fake_llm)
     await adapter.say("/compress the database", user_id="boss", chat_id="c-boss")
     # boss's DM is its own session: it has nothing to compress, answered without an LLM call.
-    assert adapter.texts()[-1] == NOTHING_TO_COMPRESS and kinds == []
+    assert adapter.texts()[-1] == "Nothing to compress: this conversation has no messages yet." and kinds == []
     await adapter.say("/compress deployment", admin_hint=True)
     reply = adapter.texts()[-1]
-    assert reply.startswith("Compressed: 61 → ") and "tokens (" in reply and "saved)" in reply
+    assert reply.startswith("Compressed: 60 → ") and "tokens (" in reply and "saved)" in reply
     assert kinds == ["summary"]
     assert "deployment" in str(fake_llm.requests[-1].json["messages"])  # the focus topic reached the prompt
     record = await gateway.rt.store.sessions.get_active("discord", "dm:c1")
@@ -124,7 +123,7 @@ async def test_status_figures(gateway_factory: GatewayFactory, fake_llm: FakeLLM
     fake_llm.reply("fine", usage={"prompt_tokens": 12_345, "completion_tokens": 5})
     await adapter.say("how are you")
     status = await _status(adapter)
-    assert "Context: 12,345 / 200,000 tokens (6%, last real prompt)" in status
+    assert "Context: 12,345 / 200,000 tokens (6%, last real prompt: " in status
     assert "Messages: 2" in status
     # 50% of the window less the reserved answer (max_tokens unset: 8,192 for a 200K window), R-T4.
     assert "Compression threshold: 95,904 tokens (48%)" in status
@@ -149,6 +148,10 @@ async def test_new_starts_a_fresh_session_and_help_lists_commands(gateway_factor
     assert "/compress [focus]" in adapter.texts()[-1] and "(admins only)" in adapter.texts()[-1]
     await adapter.say("/frobnicate")
     assert adapter.texts()[-1] == "Unknown command /frobnicate. Try /help."
+    # Anyone can learn the id an operator puts in gateway.admins, in a group too.
+    await adapter.say("/whoami", chat_type="group", chat_id="g9", user_id="234567890123456789")
+    assert adapter.texts()[-1].startswith("You are discord:234567890123456789. ")
+    assert "CONCORD_GATEWAY__ADMINS=discord:234567890123456789" in adapter.texts()[-1]
 
 
 async def test_a_turns_stored_messages_get_their_facts_after_the_answer_is_sent(

@@ -68,7 +68,7 @@ async def test_compress_hands_the_engine_the_stored_counts(
 
     monkeypatch.setattr(ContextCompressor, "compress", spied)
     await adapter.say("/compress", user_id="boss")
-    assert adapter.texts()[-1].startswith("Compressed: 81 → ")  # 80 + the system prompt
+    assert adapter.texts()[-1].startswith("Compressed: 80 → ")  # the conversation, without the system prompt
     (call,) = seen
     counter = gateway.rt.counter
     assert call["token_counts"] == [counter.count_message(m) for m in call["framed"]]

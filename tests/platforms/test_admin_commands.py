@@ -45,8 +45,8 @@ async def test_compress_by_admins_archives_and_by_others_is_refused(platforms: P
     platforms.telegram.inject_message("/compress@testbot", chat_id=GROUP, user_id=TELEGRAM_ADMIN)
     await until(lambda: len(_results(platforms)) == 3)
 
-    # The count includes the system prompt in front of the stored history.
-    assert all(text.startswith(f"Compressed: {HISTORY + 1} → ") for _, text in _results(platforms))
+    # The stored history, as /status and `concord sessions show` count it (not the system prompt).
+    assert all(text.startswith(f"Compressed: {HISTORY} → ") for _, text in _results(platforms))
     assert sorted(where for where, _ in _results(platforms)) == sorted([CHANNEL_ID, THREAD_ID, GROUP])
     assert kinds == ["summary"] * 3
     assert sum("billing-migration" in str(r.json) for r in platforms.llm.requests) == 1  # the focus reached it

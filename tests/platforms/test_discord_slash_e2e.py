@@ -33,7 +33,7 @@ async def test_slash_commands_through_the_gateway(make_platforms: PlatformsFacto
     await until(lambda: len(discord.interaction_replies) == 3)
     result = discord.interaction_replies[2]
     assert (result.kind, result.token) == ("original", done["token"])
-    assert result.content.startswith("Compressed: 41 → ") and kinds == ["summary"]
+    assert result.content.startswith("Compressed: 40 → ") and kinds == ["summary"]
     rows = await platforms.gateway.rt.store.messages.export(session, include_archived=True)
     assert any(not row.active for row in rows)
     # The compaction notice went to the channel; no reply to a command did.

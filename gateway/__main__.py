@@ -1,0 +1,7 @@
+"""``python -m gateway ARGS`` is ``concord ARGS``."""
+
+import sys
+
+from gateway.entry import main
+
+sys.exit(main())
