@@ -16,7 +16,7 @@ turns between compactions (median), mean / max prompt share of the window, repli
 and how many of them reached the user without a word about it, and live messages clipped although they fit
 (at most half the window).
 
-Corpora (from ``../shared/corpus``; ``a+b`` replays one after the other): ``locomo:N`` (LoCoMo conversation
+Corpora (from the corpus folder, ``$CONCORD_CORPUS_DIR``; ``a+b`` replays one after the other): ``locomo:N`` (LoCoMo conversation
 N, "Speaker: text" per line; default conversation 1, 369 lines), ``irc:NAME`` (an IRC log, "nick: text"),
 ``claude_code:N`` (the user's messages of a Claude Code session), ``miniswe:NAME`` (a mini-swe-agent task and
 its command outputs pasted as messages — up to 151,582 characters each, for the large windows). The default
@@ -103,7 +103,7 @@ def load_lines(spec: str, limit: int | None) -> list[str]:
 def _corpus_lines(spec: str) -> list[str]:
     root = corpus_dir()
     if root is None:
-        raise SystemExit("bench.windows needs the corpus (../shared/corpus or $CONCORD_CORPUS_DIR)")
+        raise SystemExit("bench.windows needs the corpus: set CONCORD_CORPUS_DIR")
     kind, _, which = spec.partition(":")
     if kind == "locomo":
         [path] = list(root.glob("*locomo*/*.json"))
