@@ -17,6 +17,7 @@ from sqlalchemy import Row, Select, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.store._rows import (
+    STORED_COLUMNS,
     StoredRow,
     active_rows,
     archive_active,
@@ -58,8 +59,7 @@ def _info(reason: str, before: Sequence[Row[Any]], after: Sequence[StoredRow], n
 
 
 def _row_columns() -> Select[Any]:
-    return select(MessageRow.seq, MessageRow.role, MessageRow.payload, MessageRow.search_text, MessageRow.tokens,
-                  MessageRow.created_at, MessageRow.compacted)
+    return select(*STORED_COLUMNS)
 
 
 async def _later_turns(conn: AsyncConnection, session_id: str, number: int) -> list[Row[Any]]:
