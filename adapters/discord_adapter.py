@@ -9,12 +9,18 @@ Discord never sends an event twice, so each message is kept (``keep``) before it
 order: in the gateway's inbox, or — the database down or slow — in the worker's spool on disk, from which it
 reaches the inbox once the database answers (`gateway.spool`). A worker that dies mid-turn, or mid-outage,
 leaves it to be handled again. Only when neither can take it is it handed on from memory alone.
+
+Edits (MESSAGE_UPDATE with an edit time: not an embed being filled in, not the bot's own live replies) and
+deletions (MESSAGE_DELETE, MESSAGE_DELETE_BULK, one event per message) take the same path, as `Inbound` events
+of their kind. discord.py's raw events are used, so messages older than its cache count too; a deletion names
+its sender only when the message was still cached (the gateway finds the rest in its store).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import re
 from collections.abc import Awaitable, Callable
@@ -211,6 +217,9 @@ class DiscordAdapter(Adapter):
         _guard_frames(self.client)
         _quiet_reconnects()
         self.client.event(self.on_message)
+        self.client.event(self.on_raw_message_edit)
+        self.client.event(self.on_raw_message_delete)
+        self.client.event(self.on_raw_bulk_message_delete)
         self._supervisor: Supervisor | None = None
         self._interactions = PendingInteractions()
         self._throttle = ChatThrottle(settings.edit_interval)
@@ -459,6 +468,60 @@ class DiscordAdapter(Adapter):
             return
         if inbound is not None:
             await self._take(inbound)
+
+    async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
+        """discord.py event: an edited message becomes an edit Inbound (its new text); other updates (an embed
+        filled in, a pin) and edits nothing else changed are skipped."""
+        message = payload.message
+        try:
+            edited_at = message.edited_at
+            before = payload.cached_message
+            if edited_at is None or (before is not None and before.content == message.content
+                                     and before.attachments == message.attachments):
+                return
+            inbound = self._to_inbound(message)
+        except Exception as exc:
+            log.warning("discord: skipping unreadable edit of message %s (%s)", payload.message_id, describe(exc))
+            return
+        if inbound is not None:
+            await self._take(dataclasses.replace(inbound, kind="edit", edit_id=edited_at.isoformat(),
+                                                 received_at=edited_at))
+
+    async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
+        """discord.py event: a deleted message becomes a delete Inbound."""
+        await self._deleted(payload.channel_id, payload.guild_id, [(payload.message_id, payload.cached_message)])
+
+    async def on_raw_bulk_message_delete(self, payload: discord.RawBulkMessageDeleteEvent) -> None:
+        """discord.py event: a moderator's bulk delete becomes one delete Inbound per message, oldest first."""
+        cached = {m.id: m for m in payload.cached_messages}
+        await self._deleted(payload.channel_id, payload.guild_id,
+                            [(message_id, cached.get(message_id)) for message_id in sorted(payload.message_ids)])
+
+    async def _deleted(self, channel_id: int, guild_id: int | None,
+                       messages: list[tuple[int, discord.Message | None]]) -> None:
+        me = self.client.user
+        try:
+            chat_type, chat_id, thread_id = self._where_deleted(channel_id, guild_id)
+        except Exception as exc:
+            log.warning("discord: skipping a deletion in channel %s (%s)", channel_id, describe(exc))
+            return
+        for message_id, cached in messages:
+            author = cached.author if cached is not None else None
+            if author is not None and me is not None and author.id == me.id:
+                continue  # the bot's own answer: nothing of it is kept as anyone's message
+            await self._take(Inbound(
+                platform="discord", chat_id=chat_id, chat_type=chat_type, thread_id=thread_id,
+                user_id=str(author.id) if author else "", user_name=author.display_name if author else "",
+                message_id=str(message_id), text="", kind="delete",
+                guild_id=str(guild_id) if guild_id is not None else None))
+
+    def _where_deleted(self, channel_id: int, guild_id: int | None) -> tuple[ChatType, str, str | None]:
+        """(chat type, chat id, thread id) of a channel known only by its id: a DM has no guild, a thread is
+        found in discord.py's cache of the guild's channels."""
+        if guild_id is None:
+            return "dm", str(channel_id), None
+        channel = self.client.get_channel(channel_id)
+        return _where(channel) if channel is not None else ("group", str(channel_id), None)
 
     async def _take(self, inbound: Inbound) -> None:
         """Keep ``inbound`` in the gateway's inbox, then hand it on (see the module docstring)."""

@@ -118,6 +118,11 @@ class SessionManager:
         """The warm live session of ``key`` (the one its last turn used), or None."""
         return self._live.get(key)
 
+    def drop(self, key: SessionKey) -> None:
+        """Forget ``key``'s warm live session: its next message builds it again from the store (an erasure
+        changed what it held, its memory snapshot included)."""
+        self._live.pop(key, None)
+
     async def open(self, key: SessionKey, user_id: str | None) -> LiveSession:
         """The chat's open session, fresh from the store (created, with a continuity note, if none is open)."""
         return (await self.open_for_message(key, user_id, None))[0]
