@@ -116,7 +116,9 @@ async def erase(sessions: SessionManager, key: SessionKey, request: ErasureReque
     kept = await (store.kept_in_chat(key.platform, key.shared_chat_key) if request.forgetting else store.kept(keys))
     kept_texts = _kept_texts(kept, request.author)
     keys = sorted(set(keys) | {k for k, _ in kept_texts})
-    texts = [t for r in marked if (t := _own_text(r.message))] + [t for _, t in kept_texts]
+    pins = [p.text for p in await rt.store.pins.list(key.platform, key.chat_key)
+            if request.forgetting and p.created_by == request.author]
+    texts = [t for r in marked if (t := _own_text(r.message))] + [t for _, t in kept_texts] + pins
     cuts = fragments(texts)
     plan = _Plan()
     for row in marked:

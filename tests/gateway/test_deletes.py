@@ -1,0 +1,167 @@
+"""Deletions and /forget through the router (issue 27), on SQLite and PostgreSQL: a deleted message leaves no
+trace of its text in any table (the full-text index, the summaries, the engine state, the compaction archive,
+the ledger's answers included), in search, in memory files or in a restore; a tombstone says who, when, and
+that something was deleted."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from adapters.base import Inbound
+from bench.scratch_db import scratch_postgres
+from gateway.app import Gateway
+from gateway.store import Store
+from tests.fakes.llm_server import FakeLLMServer, Reply
+from tests.gateway.conftest import GatewayFactory, ScriptedAdapter, is_summary_request
+from tests.gateway.planted_scan import files_holding, tables_holding
+
+PLANT = "zephyr-lighthouse-7781"
+PIECE = "lighthouse-7781"
+ALSO = "quartz-harbor-4410"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def storage(request: pytest.FixtureRequest) -> AsyncIterator[dict[str, Any]]:
+    """The ``storage`` settings of one backend (a private PostgreSQL database, dropped afterwards)."""
+    if request.param == "sqlite":
+        yield {}
+        return
+    async with scratch_postgres(request.getfixturevalue("postgres_url"), "concord_erase") as url:
+        yield {"database_url": url}
+
+
+def echoing_model(server: FakeLLMServer) -> None:
+    """A model that repeats what it is told: answers quote the user, the memory tool saves what the user asks to
+    remember, and summaries repeat their whole prompt (the worst case for a deleted text)."""
+
+    def respond(body: dict[str, Any]) -> Reply:
+        messages = body["messages"]
+        last = messages[-1]
+        if is_summary_request(body):
+            return Reply(f"## Goal\n{last['content']}")
+        if last["role"] == "tool":
+            return Reply(f"Saved. I will remember {PLANT}.")
+        text = str(last["content"])
+        if "please remember" in text:
+            return Reply("", tool_calls=[{"name": "memory", "arguments": {
+                "action": "append", "text": f"The user's locker code is {PLANT}"}}])
+        return Reply(f"You said: {text[-60:]}")
+
+    server.responder = respond
+
+
+def deletion(message: Inbound) -> Inbound:
+    """The platform's report that ``message`` was deleted (Discord names no sender when it was not cached)."""
+    return dataclasses.replace(message, kind="delete", text="", user_id="", user_name="")
+
+
+async def conversation(adapter: ScriptedAdapter, planted: str) -> Inbound:
+    """A DM conversation compacted once with the planted message in its middle, which goes on after; returns
+    the planted message."""
+    await adapter.say("hello there")
+    secret = adapter.inbound(f"please remember that my locker code is {planted}")
+    await adapter._handler(secret)  # type: ignore[misc]
+    for topic in range(6):
+        await adapter.say(f"tell me about topic {topic} " + "in detail " * 200)
+    await adapter.say("/compress", user_id="boss")
+    assert adapter.texts()[-1].startswith("Compressed:"), adapter.texts()[-1]
+    await adapter.say("and one more thing")
+    return secret
+
+
+async def start(gateway_factory: GatewayFactory, storage: dict[str, Any]) -> tuple[Gateway, ScriptedAdapter]:
+    return await gateway_factory(storage=storage, llm={"context_length": 16_000},
+                                 compression={"protect_first_n": 1, "protect_last_n": 4})
+
+
+async def test_a_deleted_message_leaves_no_trace_but_a_tombstone(
+        gateway_factory: GatewayFactory, fake_llm: FakeLLMServer, storage: dict[str, Any], tmp_path: Path) -> None:
+    gateway, adapter = await start(gateway_factory, storage)
+    echoing_model(fake_llm)
+    secret = await conversation(adapter, PLANT)
+    store: Store = gateway.rt.store
+    before = await tables_holding(store.engine, PLANT)
+    # The scan sees it everywhere it was: the row and its copies, the summary and the engine state, the answers.
+    assert {"messages", "sessions", "deliveries"} <= {place.split(".")[0] for place in before}
+    assert files_holding(tmp_path, PLANT) != []  # the memory file
+    await adapter._handler(deletion(secret))  # type: ignore[misc]
+
+    for needle in (PLANT, PIECE):
+        assert await tables_holding(store.engine, needle) == []
+        assert files_holding(tmp_path, needle) == []
+        assert await store.search(needle) == []
+    record = await store.sessions.get_active("discord", "dm:c1")
+    rows = await store.messages.export(record.id, include_archived=True)
+    tombstones = [r for r in rows if str(r.message["content"]).startswith("[Ann deleted the message they sent")]
+    assert tombstones and all(r.message["origin"]["author"] == "discord:u1" for r in tombstones)
+    active = (await store.messages.load_active(record.id)).messages
+    assert "rebuilt without a model" in str(active)  # the summary in view was written again
+    assert "rebuilt without a model" in str(record.engine.previous_summary)
+    history = await store.compactions.history(record.id)
+    assert history[-1].reason == "erasure"
+    # Undoing the compaction brings back the messages it replaced: the tombstone, never the text.
+    await store.compactions.restore(record.id, before_compaction=1)
+    restored = (await store.messages.load_active(record.id)).messages
+    assert PLANT not in str(restored) and "[Ann deleted the message" in str(restored)
+    # The conversation goes on, and the next request carries no trace either.
+    await adapter.say("what do you know about me?")
+    assert PIECE not in str(fake_llm.requests[-1].json)
+    assert adapter.sent[-1][1].startswith("You said:")
+
+
+async def test_a_deletion_before_the_answer_means_no_answer(gateway_factory: GatewayFactory,
+                                                            fake_llm: FakeLLMServer) -> None:
+    gateway, adapter = await gateway_factory()
+    fake_llm.reply("slow first answer", delay=0.5)
+    first = adapter.inbound("first question")
+    regret = adapter.inbound(f"my code is {PLANT}")
+    adapter._dispatch(first)
+    await asyncio.sleep(0.15)  # the first turn is waiting for its answer
+    adapter._dispatch(regret)
+    await asyncio.sleep(0.05)
+    adapter._dispatch(deletion(regret))
+    await adapter._drain(10)
+    assert adapter.texts() == ["slow first answer"]
+    assert len(fake_llm.requests) == 1
+    assert await tables_holding(gateway.rt.store.engine, PLANT) == []
+
+
+async def test_forget_me_erases_one_users_messages_and_nobody_elses(
+        gateway_factory: GatewayFactory, fake_llm: FakeLLMServer, storage: dict[str, Any], tmp_path: Path) -> None:
+    gateway, adapter = await start(gateway_factory, storage)
+    echoing_model(fake_llm)
+    group = {"chat_type": "group", "chat_id": "g1"}
+    await adapter.say(f"hi bot, my code is {PLANT}", user_name="Ann", user_id="u1", mentions_bot=True, **group)
+    await adapter.say(f"mine is {ALSO}", user_name="Bob", user_id="u2", mentions_bot=True, **group)
+    await adapter.say(f"ann also says {PLANT} again", user_name="Ann", user_id="u1", **group)  # observed
+    await adapter.say("/pin always answer in French", user_name="Ann", user_id="u1", admin_hint=True, **group)
+    await adapter.say("/forget me", user_name="Ann", user_id="u1", **group)
+    assert adapter.texts()[-1].startswith("Forgotten: "), adapter.texts()[-1]
+    store: Store = gateway.rt.store
+    assert await tables_holding(store.engine, PIECE) == []
+    assert await tables_holding(store.engine, "answer in French") == []  # her pin went too
+    assert files_holding(tmp_path, PIECE) == []
+    assert await tables_holding(store.engine, ALSO) != []  # Bob's messages stay
+    record = await store.sessions.get_active("discord", "group:g1")
+    contents = [str(m["content"]) for m in (await store.messages.load_active(record.id)).messages]
+    assert any(c.startswith("[Ann asked to be forgotten") for c in contents)
+    assert any(c.startswith(f"[Bob] mine is {ALSO}") for c in contents)
+
+
+async def test_only_admins_forget_someone_else(gateway_factory: GatewayFactory, fake_llm: FakeLLMServer) -> None:
+    gateway, adapter = await gateway_factory()
+    group = {"chat_type": "group", "chat_id": "g1"}
+    await adapter.say(f"note {PLANT}", user_name="Bob", user_id="u2", mentions_bot=True, **group)
+    await adapter.say("/forget discord:u2", user_name="Ann", user_id="u1", **group)
+    assert adapter.texts()[-1].startswith("Sorry, only admins")
+    await adapter.say("/forget", user_name="Ann", user_id="u1", **group)
+    assert adapter.texts()[-1].startswith("Usage: /forget me")
+    await adapter.say("/forget discord:u2", user_name="Cy", user_id="boss", **group)
+    assert adapter.texts()[-1].startswith("Forgotten: 1 stored copy of discord:u2's messages")
+    assert await tables_holding(gateway.rt.store.engine, PLANT) == []
