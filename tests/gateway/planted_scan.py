@@ -1,12 +1,42 @@
-"""Where a planted string still is: every column of every table of a database (SQLite's full-text shadow tables
-and PostgreSQL's tsvector column included), and every file under a directory."""
+"""A planted string, a model that spreads it around, and where it still is: every column of every table of a
+database (SQLite's full-text shadow tables and PostgreSQL's tsvector column included), and every file under a
+directory."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
+
+from tests.fakes.llm_server import FakeLLMServer, Reply
+from tests.gateway.conftest import is_summary_request
+
+# Not shaped like a secret, so only erasure (never redaction) can take it out.
+PLANT = "zephyr-lighthouse-7781"
+PIECE = "lighthouse-7781"
+
+
+def echoing_model(server: FakeLLMServer) -> None:
+    """A model that repeats what it is told: answers quote the user, the memory tool saves what the user asks to
+    remember, and summaries repeat their whole prompt (the worst case for a deleted text)."""
+
+    def respond(body: dict[str, Any]) -> Reply:
+        messages = body["messages"]
+        last = messages[-1]
+        if is_summary_request(body):
+            return Reply(f"## Goal\n{last['content']}")
+        if last["role"] == "tool":
+            return Reply(f"Saved. I will remember {PLANT}.")
+        text = str(last["content"])
+        if "please remember" in text:
+            return Reply("", tool_calls=[{"name": "memory", "arguments": {
+                "action": "append", "text": f"The user's locker code is {PLANT}"}}])
+        return Reply(f"You said: {text[-60:]}")
+
+    server.responder = respond
+
 
 # SQLite's own files: their pages hold what a transaction freed until the pages are reused (the SQL scan covers
 # what the database holds).

@@ -17,12 +17,10 @@ from adapters.base import Inbound
 from bench.scratch_db import scratch_postgres
 from gateway.app import Gateway
 from gateway.store import Store
-from tests.fakes.llm_server import FakeLLMServer, Reply
-from tests.gateway.conftest import GatewayFactory, ScriptedAdapter, is_summary_request
-from tests.gateway.planted_scan import files_holding, tables_holding
+from tests.fakes.llm_server import FakeLLMServer
+from tests.gateway.conftest import GatewayFactory, ScriptedAdapter
+from tests.gateway.planted_scan import PIECE, PLANT, echoing_model, files_holding, tables_holding
 
-PLANT = "zephyr-lighthouse-7781"
-PIECE = "lighthouse-7781"
 ALSO = "quartz-harbor-4410"
 
 
@@ -34,26 +32,6 @@ async def storage(request: pytest.FixtureRequest) -> AsyncIterator[dict[str, Any
         return
     async with scratch_postgres(request.getfixturevalue("postgres_url"), "concord_erase") as url:
         yield {"database_url": url}
-
-
-def echoing_model(server: FakeLLMServer) -> None:
-    """A model that repeats what it is told: answers quote the user, the memory tool saves what the user asks to
-    remember, and summaries repeat their whole prompt (the worst case for a deleted text)."""
-
-    def respond(body: dict[str, Any]) -> Reply:
-        messages = body["messages"]
-        last = messages[-1]
-        if is_summary_request(body):
-            return Reply(f"## Goal\n{last['content']}")
-        if last["role"] == "tool":
-            return Reply(f"Saved. I will remember {PLANT}.")
-        text = str(last["content"])
-        if "please remember" in text:
-            return Reply("", tool_calls=[{"name": "memory", "arguments": {
-                "action": "append", "text": f"The user's locker code is {PLANT}"}}])
-        return Reply(f"You said: {text[-60:]}")
-
-    server.responder = respond
 
 
 def deletion(message: Inbound) -> Inbound:
