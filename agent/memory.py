@@ -4,7 +4,8 @@ Compression is lossy by design; facts a user wants kept (preferences, hard const
 in memory. A `MemoryProvider` is told before every compression (``on_pre_compress``) so it can rescue what
 is about to be summarized away, and when a compaction moves the conversation to another session id
 (``on_session_switch``). Its content enters the system prompt as a snapshot frozen at session start: writes
-during the session land on disk but do not change the prompt, which keeps the prompt cache valid.
+during the session land on disk but do not change the prompt, which keeps the prompt cache valid. (The gateway
+takes the snapshot again when another process replaced the session's active set, an erasure among them.)
 
 `FileMemoryProvider` keeps three files under a root directory, each with its own trust boundary:
 

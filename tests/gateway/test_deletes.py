@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -143,3 +144,19 @@ async def test_only_admins_forget_someone_else(gateway_factory: GatewayFactory, 
     await adapter.say("/forget discord:u2", user_name="Cy", user_id="boss", **group)
     assert adapter.texts()[-1].startswith("Forgotten: 1 stored copy of discord:u2's messages")
     assert await tables_holding(gateway.rt.store.engine, PLANT) == []
+
+
+async def test_a_deletion_on_another_worker_reaches_this_workers_session(
+        gateway_factory: GatewayFactory, fake_llm: FakeLLMServer, redis_url: str, tmp_path: Path) -> None:
+    shared = {"url": redis_url, "key_prefix": f"concord-test:{uuid.uuid4().hex}:"}
+    first, a = await gateway_factory(redis=shared)
+    second, b = await gateway_factory(redis=shared)
+    echoing_model(fake_llm)
+    secret = b.inbound(f"please remember that my locker code is {PLANT}")
+    await second.router.handle(secret, b)  # the second worker writes the memory entry
+    await a.say("and hello again")  # the first builds the session: the entry is in its prompt's memory snapshot
+    assert PIECE in str(fake_llm.requests[-1].json["messages"][0])
+    await second.router.handle(deletion(secret), b)
+    await a.say("what do you know about me?")
+    assert PIECE not in str(fake_llm.requests[-1].json)  # neither the message nor the memory entry
+    assert files_holding(tmp_path, PIECE) == []
