@@ -6,8 +6,13 @@ active and archived alike, so neither a restore (`CompactionRepository.restore`)
 back — and an open session whose active set changed is then replaced as a whole (`replace_set`, reason
 ``erasure``): the replacement moves its generation on, so every worker holding the old set reloads it and no
 compaction computed from the old set can be stored. The messages' kept inbox payloads lose their text, and so do
-the delivery ledger's answers that quoted them. On SQLite the words leave the full-text indexes' pages too
-(FTS5 keeps a deleted row's words until its segments merge).
+the delivery ledger's answers that quoted them.
+
+Search never finds an erased text: the full-text indexes follow every row (SQLite's triggers, PostgreSQL's
+generated column). SQLite's FTS5 before 3.42 still keeps a replaced row's words in its older pages until those
+are merged; rewriting the two indexes takes seconds on a large database, holding the write lock, so it is not
+done per erasure: the erasure marks it due (in the same transaction), and the next hygiene sweep does it
+(`purge_if_due`). From SQLite 3.42 FTS5's 'secure-delete' removes the words at once and nothing is marked.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, func, or_, select, update
+from sqlalchemy import Select, delete, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agent.compression.messages import plain_text
@@ -29,9 +34,9 @@ from agent.storable import storable_text
 from gateway.store._rows import active_rows, lock_session, session_record, stored, utcnow
 from gateway.store.compaction import replace_set
 from gateway.store.database import read, write
-from gateway.store.models import DeliveryRow, InboxRow, MessageRow, SessionRow
+from gateway.store.models import ChatSettingRow, DeliveryRow, InboxRow, MessageRow, SessionRow
 
-__all__ = ["ERASURE_REASON", "ChatSession", "ErasableRow", "Erasure", "ErasureRepository", "QuotingAnswer",
+__all__ = ["ERASURE_REASON", "FTS_SECURE_DELETE", "ChatSession", "ErasableRow", "Erasure", "ErasureRepository", "QuotingAnswer",
            "RowRewrite"]
 
 log = logging.getLogger(__name__)
@@ -41,7 +46,9 @@ ERASURE_REASON = "erasure"
 _PER_STATEMENT = 400
 _FTS_TABLES = ("messages_fts", "messages_trigram")
 # FTS5 removes a deleted row's words from its pages at once from SQLite 3.42 on ('secure-delete').
-_SECURE_DELETE = sqlite3.sqlite_version_info >= (3, 42)
+FTS_SECURE_DELETE = sqlite3.sqlite_version_info >= (3, 42)
+# The mark that an erasure left words in SQLite's full-text pages (a `ChatSettingRow`).
+_PURGE_DUE = (ChatSettingRow.scope == "store", ChatSettingRow.name == "fts-purge-due")
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,7 +247,7 @@ class ErasureRepository:
         at = utcnow()
         rewritten: dict[str, set[int]] = {}
         async with write(self._engine) as conn:
-            if conn.dialect.name == "sqlite" and _SECURE_DELETE:
+            if conn.dialect.name == "sqlite" and FTS_SECURE_DELETE:
                 for table in _FTS_TABLES:  # stored in the index's config: set once, kept
                     await conn.exec_driver_sql(f"INSERT INTO {table}({table}, rank) VALUES('secure-delete', 1)")
             for rewrite in erasure.rows:
@@ -257,16 +264,24 @@ class ErasureRepository:
                     payload=None, handled_at=func.coalesce(InboxRow.handled_at, at)))
             for answer in erasure.answers:
                 await conn.execute(update(DeliveryRow).where(DeliveryRow.id == answer.id).values(text=answer.text))
-        if self._engine.dialect.name == "sqlite" and not _SECURE_DELETE and erasure.rows:
-            await self._purge_fts()
+            if conn.dialect.name == "sqlite" and not FTS_SECURE_DELETE and erasure.rows:
+                await conn.execute(delete(ChatSettingRow).where(*_PURGE_DUE))
+                await conn.execute(insert(ChatSettingRow).values(scope="store", name="fts-purge-due", value="1",
+                                                                 updated_at=at))
         return replaced
 
-    async def _purge_fts(self) -> None:
-        """Rewrite SQLite's full-text indexes without the erased rows' words (FTS5 before 3.42 drops them from
-        its pages only when it merges segments): costly on a large database, and only run after an erasure."""
+    async def purge_if_due(self) -> bool:
+        """On SQLite, after an erasure marked it due: rewrite both full-text indexes (FTS5 'optimize'), which
+        drops the erased rows' words from their pages. Whether it ran."""
+        if self._engine.dialect.name != "sqlite":
+            return False
         async with write(self._engine) as conn:
+            if (await conn.execute(select(ChatSettingRow.value).where(*_PURGE_DUE))).first() is None:
+                return False
             for table in _FTS_TABLES:
                 await conn.exec_driver_sql(f"INSERT INTO {table}({table}) VALUES('optimize')")
+            await conn.execute(delete(ChatSettingRow).where(*_PURGE_DUE))
+        return True
 
 
 def _inbox_rows(keys: Sequence[str]) -> Any:
