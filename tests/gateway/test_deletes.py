@@ -8,14 +8,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from adapters.base import Inbound
-from bench.scratch_db import scratch_postgres
 from gateway.app import Gateway
 from gateway.store import Store
 from gateway.store.erasure import FTS_SECURE_DELETE
@@ -25,16 +21,6 @@ from tests.gateway.conftest import GatewayFactory, ScriptedAdapter
 from tests.gateway.planted_scan import PIECE, PLANT, echoing_model, files_holding, tables_holding
 
 ALSO = "quartz-harbor-4410"
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-async def storage(request: pytest.FixtureRequest) -> AsyncIterator[dict[str, Any]]:
-    """The ``storage`` settings of one backend (a private PostgreSQL database, dropped afterwards)."""
-    if request.param == "sqlite":
-        yield {}
-        return
-    async with scratch_postgres(request.getfixturevalue("postgres_url"), "concord_erase") as url:
-        yield {"database_url": url}
 
 
 def deletion(message: Inbound) -> Inbound:
@@ -62,8 +48,8 @@ async def start(gateway_factory: GatewayFactory, storage: dict[str, Any]) -> tup
 
 
 async def test_a_deleted_message_leaves_no_trace_but_a_tombstone(
-        gateway_factory: GatewayFactory, fake_llm: FakeLLMServer, storage: dict[str, Any], tmp_path: Path) -> None:
-    gateway, adapter = await start(gateway_factory, storage)
+        gateway_factory: GatewayFactory, fake_llm: FakeLLMServer, backend_storage: dict[str, Any], tmp_path: Path) -> None:
+    gateway, adapter = await start(gateway_factory, backend_storage)
     echoing_model(fake_llm)
     secret = await conversation(adapter, PLANT)
     store: Store = gateway.rt.store
@@ -119,8 +105,8 @@ async def test_a_deletion_before_the_answer_means_no_answer(gateway_factory: Gat
 
 
 async def test_forget_me_erases_one_users_messages_and_nobody_elses(
-        gateway_factory: GatewayFactory, fake_llm: FakeLLMServer, storage: dict[str, Any], tmp_path: Path) -> None:
-    gateway, adapter = await start(gateway_factory, storage)
+        gateway_factory: GatewayFactory, fake_llm: FakeLLMServer, backend_storage: dict[str, Any], tmp_path: Path) -> None:
+    gateway, adapter = await start(gateway_factory, backend_storage)
     echoing_model(fake_llm)
     group = {"chat_type": "group", "chat_id": "g1"}
     await adapter.say(f"hi bot, my code is {PLANT}", user_name="Ann", user_id="u1", mentions_bot=True, **group)

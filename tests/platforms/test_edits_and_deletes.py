@@ -10,13 +10,9 @@ directory, where search, summaries, the evidence ledger and memory files are.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from bench.scratch_db import scratch_postgres
 from tests.fakes.discord_changes import delete_message, delete_messages, edit_message
 from tests.fakes.discord_server import BOT_ID, CHANNEL_ID, DM_CHANNEL_ID
 from tests.gateway.conftest import chatter
@@ -24,16 +20,6 @@ from tests.gateway.planted_scan import PIECE, PLANT, echoing_model, files_holdin
 from tests.platforms.conftest import DISCORD_ADMIN, TELEGRAM_ADMIN, Platforms, PlatformsFactory, until
 
 GROUP = -100123
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-async def storage(request: pytest.FixtureRequest) -> AsyncIterator[dict[str, Any]]:
-    """The ``storage`` settings of one backend (a private PostgreSQL database, dropped afterwards)."""
-    if request.param == "sqlite":
-        yield {}
-        return
-    async with scratch_postgres(request.getfixturevalue("postgres_url"), "concord_erase_e2e") as url:
-        yield {"database_url": url}
 
 
 def _user_texts(platforms: Platforms, index: int) -> str:
@@ -101,9 +87,9 @@ async def _compacted_channel_with(platforms: Platforms) -> dict[str, Any]:
     return planted
 
 
-async def test_a_discord_deletion_leaves_no_trace(make_platforms: PlatformsFactory, storage: dict[str, Any],
+async def test_a_discord_deletion_leaves_no_trace(make_platforms: PlatformsFactory, backend_storage: dict[str, Any],
                                                  tmp_path: Path) -> None:
-    platforms = await make_platforms(storage=storage, compression={"protect_first_n": 1, "protect_last_n": 4})
+    platforms = await make_platforms(storage=backend_storage, compression={"protect_first_n": 1, "protect_last_n": 4})
     planted = await _compacted_channel_with(platforms)
     engine = platforms.gateway.rt.store.engine
     held = {place.split(".")[0] for place in await tables_holding(engine, PLANT)}
@@ -155,8 +141,8 @@ async def until_quiet(places: Any) -> None:
 
 
 async def test_telegram_forget_me_erases_one_users_messages(make_platforms: PlatformsFactory,
-                                                            storage: dict[str, Any], tmp_path: Path) -> None:
-    platforms = await make_platforms(storage=storage)
+                                                            backend_storage: dict[str, Any], tmp_path: Path) -> None:
+    platforms = await make_platforms(storage=backend_storage)
     echoing_model(platforms.llm)
     platforms.telegram.inject_message(f"@testbot please remember that my locker code is {PLANT}", chat_id=GROUP)
     platforms.telegram.inject_message("@testbot mine is quartz-harbor-4410", chat_id=GROUP, user_id=43,
