@@ -219,11 +219,11 @@ class ErasureRepository:
                 select(InboxRow.key, InboxRow.payload).where(_inbox_rows(group), InboxRow.payload.is_not(None)))]
 
     async def kept_in_chat(self, platform: str, shared_chat_key: str) -> list[tuple[str, str]]:
-        """(key, payload) of every inbox row still keeping a message of the chat ``shared_chat_key`` (its per-user
-        sessions too)."""
+        """(key, payload) of every inbox row still keeping a handled message of the chat ``shared_chat_key`` (its
+        per-user sessions too); messages still to be handled are left alone (they come after the erasure)."""
         chat = f"{platform}:{shared_chat_key}"
         query = select(InboxRow.key, InboxRow.payload).where(
-            InboxRow.payload.is_not(None),
+            InboxRow.payload.is_not(None), InboxRow.handled_at.is_not(None),
             or_(InboxRow.session_key == chat, InboxRow.session_key.like(_prefix(f"{chat}:user:"), escape="\\")))
         async with read(self._engine) as conn:
             return [(r.key, r.payload) for r in await conn.execute(query)]

@@ -151,8 +151,11 @@ async def test_telegram_forget_me_erases_one_users_messages(make_platforms: Plat
     engine = platforms.gateway.rt.store.engine
     assert await tables_holding(engine, PLANT) != [] and files_holding(tmp_path, PLANT) != []
     platforms.telegram.inject_message("/forget@testbot me", chat_id=GROUP)
-    [*_, reply] = await platforms.telegram.wait_for_messages(3)
+    platforms.telegram.inject_message("@testbot and after that, hello-again-5150", chat_id=GROUP)
+    [*_, reply, after] = await platforms.telegram.wait_for_messages(4)
     assert reply.text.startswith("Forgotten: "), reply.text
+    assert "hello-again-5150" in after.text  # what she sends next is kept and answered as usual
+    assert await tables_holding(engine, "hello-again-5150") != []
     for needle in (PLANT, PIECE):
         assert await tables_holding(engine, needle) == []
         assert files_holding(tmp_path, needle) == []
@@ -160,6 +163,6 @@ async def test_telegram_forget_me_erases_one_users_messages(make_platforms: Plat
     # An admin forgets someone else; a member cannot.
     platforms.telegram.inject_message("/forget@testbot telegram:43", chat_id=GROUP, user_id=44, user_name="cy")
     platforms.telegram.inject_message("/forget@testbot telegram:43", chat_id=GROUP, user_id=TELEGRAM_ADMIN)
-    [*_, refused, done] = await platforms.telegram.wait_for_messages(5)
+    [*_, refused, done] = await platforms.telegram.wait_for_messages(6)
     assert refused.text.startswith("Sorry, only admins") and done.text.startswith("Forgotten: ")
     assert await tables_holding(engine, "quartz-harbor-4410") == []
