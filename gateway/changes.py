@@ -23,9 +23,9 @@ from gateway.inbox import message_key
 from gateway.keys import Scope, SessionKey, session_key
 from gateway.observe import GroupObserver
 from gateway.quotes import quotes
-from gateway.requests import correction_lead
 from gateway.revisions import Revisions
 from gateway.session import SessionManager
+from gateway.user_messages import correction_lead
 
 __all__ = ["MessageChanges"]
 

@@ -86,9 +86,9 @@ from gateway.prompt import speaker_tag
 from gateway.queues import QueueClosed, SessionQueues
 from gateway.quotes import quotes
 from gateway.replies import cap_reply
-from gateway.requests import observed_line, request_message
 from gateway.session import LiveSession, SessionManager
 from gateway.turns import TurnAnswer, agent_turn
+from gateway.user_messages import observed_line, request_message
 
 __all__ = ["Router"]
 
