@@ -153,3 +153,24 @@ async def test_a_deletion_on_another_worker_reaches_this_workers_session(
     await a.say("what do you know about me?")
     assert PIECE not in str(fake_llm.requests[-1].json)  # neither the message nor the memory entry
     assert files_holding(tmp_path, PIECE) == []
+
+
+async def test_summaries_out_of_view_are_withdrawn_and_the_one_in_view_rebuilt(
+        gateway_factory: GatewayFactory, fake_llm: FakeLLMServer) -> None:
+    gateway, adapter = await start(gateway_factory, {})
+    echoing_model(fake_llm)
+    secret = await conversation(adapter, PLANT)
+    for topic in range(6):  # a second compaction: the first summary is archived, the second carries it on
+        await adapter.say(f"and later topic {topic} " + "in detail " * 200)
+    await adapter.say("/compress", user_id="boss")
+    assert adapter.texts()[-1].startswith("Compressed:"), adapter.texts()[-1]
+    store: Store = gateway.rt.store
+    record = await store.sessions.get_active("discord", "dm:c1")
+    await adapter._handler(deletion(secret))  # type: ignore[misc]
+    rows = await store.messages.export(record.id, include_archived=True)
+    summaries = [str(r.message["content"]) for r in rows if str(r.message["content"]).startswith("[CONTEXT")]
+    withdrawn = [s for s in summaries if "This earlier summary was withdrawn" in s]
+    rebuilt = [s for s in summaries if "rebuilt without a model" in s]
+    assert withdrawn and rebuilt and len(withdrawn) + len(rebuilt) == len(summaries)
+    assert all(s.split("\n\n")[1].startswith("Messages #") for s in withdrawn)  # the coverage line stays
+    assert await tables_holding(store.engine, PIECE) == []
