@@ -69,10 +69,12 @@ class MessageChanges:
         return correction, correction_lead(inbound, number, group=key.is_group)
 
     async def erase(self, key: SessionKey, deletion: Inbound) -> None:
-        """A deletion's turn: group lines still waiting for their batch are stored first, then the message is
-        erased everywhere, and dropped from the lines kept for the next question (``group_history: addressed``)."""
+        """A deletion's turn: group lines still waiting for their batch are stored first, then the message — with
+        every other message of the chat whose deletion is waiting too — is erased everywhere, and dropped from the
+        lines kept for the next question (``group_history: addressed``). A message still to be handled is
+        found by nothing here, and skipped by its own turn (`Revisions.revise`)."""
         self.revisions.applied(deletion)
         if self.observing and key.is_group:
             await self.observer.flush_locked(key)
-        report = await erase(self.sessions, key, ErasureRequest(keys=(message_key(deletion),)))
+        report = await erase(self.sessions, key, ErasureRequest(keys=tuple(self.revisions.deleted_with(deletion))))
         self.context.drop(key, lambda line: quotes(line, report.cuts))

@@ -61,6 +61,15 @@ class Revisions:
         return dataclasses.replace(message, text=newest.text, attachments=newest.attachments,
                                    mentions_bot=message.mentions_bot or newest.mentions_bot)
 
+    def deleted_with(self, deletion: Inbound) -> list[str]:
+        """The key of ``deletion``'s message, then those of the other messages of its chat (and thread) whose
+        deletion is noted here too: a moderator's bulk delete is erased at once, and each later deletion finds
+        its message erased already."""
+        key = message_key(deletion)
+        chat = key.rsplit(":", 1)[0] + ":"
+        others = [k for k, event in self._newest.items() if event.kind == "delete" and k != key and k.startswith(chat)]
+        return [key, *others]
+
     def applied(self, event: Inbound) -> bool:
         """Whether its message's turn took ``event`` (then nothing is left to do for it); forgets the event."""
         key = inbound_key(event)

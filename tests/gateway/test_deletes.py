@@ -174,3 +174,22 @@ async def test_summaries_out_of_view_are_withdrawn_and_the_one_in_view_rebuilt(
     assert withdrawn and rebuilt and len(withdrawn) + len(rebuilt) == len(summaries)
     assert all(s.split("\n\n")[1].startswith("Messages #") for s in withdrawn)  # the coverage line stays
     assert await tables_holding(store.engine, PIECE) == []
+
+
+async def test_deletions_waiting_together_are_erased_in_one_replacement(gateway_factory: GatewayFactory,
+                                                                        fake_llm: FakeLLMServer) -> None:
+    gateway, adapter = await gateway_factory()
+    group = {"chat_type": "group", "chat_id": "g1", "user_name": "Bob"}
+    spam = [adapter.inbound(f"buy now at shop-{n}-9911.example", **group) for n in range(5)]
+    for message in spam:
+        await adapter._handler(message)  # type: ignore[misc]
+    fake_llm.reply("a slow answer", delay=0.5)
+    adapter._dispatch(adapter.inbound("hello bot", mentions_bot=True, **group))
+    await asyncio.sleep(0.15)  # the session is busy: the moderator's purge waits behind the answer
+    for message in spam:
+        adapter._dispatch(deletion(message))
+    await adapter._drain(10)
+    store: Store = gateway.rt.store
+    record = await store.sessions.get_active("discord", "group:g1")
+    assert [h.reason for h in await store.compactions.history(record.id)] == ["erasure"]
+    assert await tables_holding(store.engine, "9911.example") == []
