@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 
 from adapters.base import Inbound
+from gateway.app import Gateway
 from tests.fakes.llm_server import FakeLLMServer
 from tests.gateway.conftest import GatewayFactory, ScriptedAdapter
 
@@ -16,9 +17,11 @@ def edited(message: Inbound, text: str, edit: int = 1, **changes: object) -> Inb
     return dataclasses.replace(message, text=text, kind="edit", edit_id=str(edit), **changes)  # type: ignore[arg-type]
 
 
-async def stored_contents(adapter_gateway: object, chat_key: str) -> list[str]:
-    store = adapter_gateway.rt.store  # type: ignore[attr-defined]
+async def stored_contents(gateway: Gateway, chat_key: str) -> list[str]:
+    """The contents of the chat's active messages, in order."""
+    store = gateway.rt.store
     record = await store.sessions.get_active("discord", chat_key)
+    assert record is not None
     return [str(m["content"]) for m in (await store.messages.load_active(record.id)).messages]
 
 
