@@ -26,6 +26,7 @@ __all__ = [
     "ChatType",
     "Inbound",
     "InboundHandler",
+    "InboundKind",
     "KeepHandler",
     "LiveReply",
     "Outbound",
@@ -40,6 +41,8 @@ __all__ = [
 
 Platform = Literal["discord", "telegram", "console"]
 ChatType = Literal["dm", "group", "channel", "thread"]
+# What an inbound event is: a new message, a new text for message ``message_id`` (an edit), or its deletion.
+InboundKind = Literal["message", "edit", "delete"]
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +86,12 @@ class ChatRef:
 
 @dataclass(frozen=True)
 class Inbound:
-    """One user message, platform-neutral. ``text`` has the bot's own @mention removed."""
+    """One user message, platform-neutral. ``text`` has the bot's own @mention removed.
+
+    An edit (``kind="edit"``) carries message ``message_id`` as it reads now, and ``edit_id`` tells that edit from
+    the message's other edits. A deletion (``kind="delete"``) carries no text, and ``user_id`` / ``user_name``
+    are empty when the platform does not say who wrote the deleted message.
+    """
 
     platform: Platform
     chat_id: str
@@ -104,6 +112,9 @@ class Inbound:
     # Where the platform has them (Discord): the server and the sender's roles there, for access control.
     guild_id: str | None = None
     role_ids: tuple[str, ...] = ()
+    kind: InboundKind = "message"
+    # The platform's identity of one edit (its edit time, its update id), the same when the edit is delivered again.
+    edit_id: str = ""
 
     def __post_init__(self) -> None:
         # Text enters here from every platform: made storable once, before anything (a paid turn) uses it.

@@ -9,6 +9,10 @@ Discord never sends an event twice, so each message is kept (``keep``) before it
 order: in the gateway's inbox, or — the database down or slow — in the worker's spool on disk, from which it
 reaches the inbox once the database answers (`gateway.spool`). A worker that dies mid-turn, or mid-outage,
 leaves it to be handled again. Only when neither can take it is it handed on from memory alone.
+
+Edits (MESSAGE_UPDATE with an edit time) and deletions (MESSAGE_DELETE, MESSAGE_DELETE_BULK, one event per
+message) take the same path, as `Inbound` events of their kind (`adapters.discord_inbound` reads every event).
+discord.py's raw events are used, so messages older than its cache count too.
 """
 
 from __future__ import annotations
@@ -16,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -28,17 +31,15 @@ from discord.gateway import ReconnectWebSocket, WebSocketClosure
 
 from adapters.base import (
     Adapter,
-    Attachment,
     ChatRef,
-    ChatType,
     Inbound,
     InboundHandler,
     Outbound,
     SendError,
     keep_alive,
-    parse_command,
     split_message,
 )
+from adapters.discord_inbound import DiscordInbound
 from adapters.discord_slash import PendingInteraction, PendingInteractions, build_tree
 from adapters.live import ChatThrottle, EditedReply, LiveRateLimited
 from adapters.supervise import Backoff, Supervisor, describe, retry_start
@@ -46,7 +47,6 @@ from adapters.supervise import Backoff, Supervisor, describe, retry_start
 log = logging.getLogger(__name__)
 
 DISCORD_LIMIT = 2000
-_USER_MESSAGE_TYPES = {discord.MessageType.default, discord.MessageType.reply}
 Sleep = Callable[[float], Awaitable[None]]
 # What waiting cannot fix: a rejected token, a privileged intent not enabled in the Developer Portal.
 _FATAL = (discord.LoginFailure, discord.PrivilegedIntentsRequired)
@@ -207,10 +207,14 @@ class DiscordAdapter(Adapter):
                               # discord.py sleeps through waits up to this (min 30 s) itself and raises
                               # RateLimited above it.
                               max_ratelimit_timeout=30.0, guild_ready_timeout=0.1)
+        self.inbound = DiscordInbound(self.client, settings)
         _guard_parsers(self.client)
         _guard_frames(self.client)
         _quiet_reconnects()
         self.client.event(self.on_message)
+        self.client.event(self.on_raw_message_edit)
+        self.client.event(self.on_raw_message_delete)
+        self.client.event(self.on_raw_bulk_message_delete)
         self._supervisor: Supervisor | None = None
         self._interactions = PendingInteractions()
         self._throttle = ChatThrottle(settings.edit_interval)
@@ -416,49 +420,53 @@ class DiscordAdapter(Adapter):
             return
         self._interactions.add(interaction)
         try:
-            inbound = self._interaction_inbound(interaction, name, args)
+            inbound = self.inbound.interaction(interaction, name, args)
         except Exception as exc:
             log.warning("discord: skipping unreadable interaction %s (%s)", interaction.id, describe(exc))
             return
         await self._take(inbound)
 
-    def _interaction_inbound(self, interaction: discord.Interaction, name: str, args: str) -> Inbound:
-        chat_type: ChatType
-        if interaction.guild_id is None:
-            chat_type, chat_id, thread_id = "dm", str(interaction.channel_id), None
-        elif interaction.channel is not None:
-            chat_type, chat_id, thread_id = _where(interaction.channel)
-        else:
-            chat_type, chat_id, thread_id = "group", str(interaction.channel_id), None
-        user = interaction.user
-        return Inbound(
-            platform="discord",
-            chat_id=chat_id,
-            chat_type=chat_type,
-            thread_id=thread_id,
-            user_id=str(user.id),
-            user_name=user.display_name,
-            message_id=str(interaction.id),
-            text=f"/{name} {args}".strip(),
-            is_command=True,
-            command=name,
-            command_args=args,
-            is_admin_hint=self._has_admin_role(user),
-            received_at=interaction.created_at,
-            guild_id=str(interaction.guild_id) if interaction.guild_id is not None else None,
-            role_ids=_role_ids(user),
-        )
-
     # -- inbound ---------------------------------------------------------------------------------
     async def on_message(self, message: discord.Message) -> None:
         """discord.py event: turn a message into an Inbound and hand it on (errors only logged)."""
         try:
-            inbound = self._to_inbound(message)
+            inbound = self.inbound.message(message)
         except Exception as exc:
             log.warning("discord: skipping unreadable message %s (%s)", getattr(message, "id", "?"), describe(exc))
             return
         if inbound is not None:
             await self._take(inbound)
+
+    async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
+        """discord.py event: an edited message becomes an edit Inbound (its new text)."""
+        try:
+            inbound = self.inbound.edit(payload)
+        except Exception as exc:
+            log.warning("discord: skipping unreadable edit of message %s (%s)", payload.message_id, describe(exc))
+            return
+        if inbound is not None:
+            await self._take(inbound)
+
+    async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
+        """discord.py event: a deleted message becomes a delete Inbound."""
+        await self._take_deletions(payload.channel_id, payload.guild_id,
+                                   [(payload.message_id, payload.cached_message)])
+
+    async def on_raw_bulk_message_delete(self, payload: discord.RawBulkMessageDeleteEvent) -> None:
+        """discord.py event: a moderator's bulk delete becomes one delete Inbound per message, oldest first."""
+        cached = {m.id: m for m in payload.cached_messages}
+        await self._take_deletions(payload.channel_id, payload.guild_id,
+                                   [(message_id, cached.get(message_id)) for message_id in sorted(payload.message_ids)])
+
+    async def _take_deletions(self, channel_id: int, guild_id: int | None,
+                              messages: list[tuple[int, discord.Message | None]]) -> None:
+        try:
+            deletions = self.inbound.deletions(channel_id, guild_id, messages)
+        except Exception as exc:
+            log.warning("discord: skipping a deletion in channel %s (%s)", channel_id, describe(exc))
+            return
+        for deletion in deletions:
+            await self._take(deletion)
 
     async def _take(self, inbound: Inbound) -> None:
         """Keep ``inbound`` in the gateway's inbox, then hand it on (see the module docstring)."""
@@ -470,54 +478,6 @@ class DiscordAdapter(Adapter):
                     log.error("discord: message %s kept nowhere (%s); handled from memory only",
                               inbound.message_id, describe(exc))
             self._dispatch(inbound)
-
-    def _to_inbound(self, message: discord.Message) -> Inbound | None:
-        me = self.client.user
-        if me is None or message.author.id == me.id or message.type not in _USER_MESSAGE_TYPES:
-            return None
-        if message.author.bot and not self.settings.allow_bots:
-            return None
-        if not isinstance(message.content, str):
-            raise TypeError(f"content is {type(message.content).__name__}, not text")
-        if len(message.content) > self.settings.max_inbound_chars:
-            log.warning("discord: skipping message %s of %d characters", message.id, len(message.content))
-            return None
-        attachments = tuple(_attachment(a, self.settings.max_image_bytes) for a in message.attachments)
-        if not message.content.strip() and not attachments:
-            return None
-        # Discord's autocomplete offers the bot's managed role beside the bot itself; either addresses it.
-        own_roles = [role.id for role in message.role_mentions if role.tags and role.tags.bot_id == me.id]
-        mentions_bot = bool(own_roles) or any(user.id == me.id for user in message.mentions)
-        ours = "|".join([rf"<@!?{me.id}>", *(rf"<@&{role_id}>" for role_id in own_roles)])
-        text = re.sub(ours, " ", message.content) if mentions_bot else message.content
-        text = re.sub(r"[ \t]{2,}", " ", text).strip() if mentions_bot else text
-        command = parse_command(text)
-        chat_type, chat_id, thread_id = _where(message.channel)
-        return Inbound(
-            platform="discord",
-            chat_id=chat_id,
-            chat_type=chat_type,
-            thread_id=thread_id,
-            user_id=str(message.author.id),
-            user_name=message.author.display_name,
-            message_id=str(message.id),
-            text=text,
-            attachments=attachments,
-            mentions_bot=mentions_bot,
-            reply_to_bot=_replies_to(message, me.id),
-            is_command=command is not None,
-            command=command[0] if command else None,
-            command_args=command[1] if command else "",
-            is_admin_hint=self._has_admin_role(message.author),
-            received_at=message.created_at,
-            guild_id=str(message.guild.id) if message.guild is not None else None,
-            role_ids=_role_ids(message.author),
-        )
-
-    def _has_admin_role(self, author: discord.User | discord.Member) -> bool:
-        roles = getattr(author, "roles", None) or []
-        names = {name.lower() for name in self.settings.admin_role_names}
-        return any(role.id in self.settings.admin_role_ids or role.name.lower() in names for role in roles)
 
 
 def _client(settings: DiscordSettings, **options: Any) -> discord.Client:
@@ -531,35 +491,7 @@ def _client(settings: DiscordSettings, **options: Any) -> discord.Client:
                                      **options)
 
 
-def _role_ids(author: discord.User | discord.Member) -> tuple[str, ...]:
-    """The sender's guild roles (none in a DM), without the @everyone role every member has."""
-    return tuple(str(role.id) for role in getattr(author, "roles", None) or () if not role.is_default())
-
-
-def _where(channel: Any) -> tuple[ChatType, str, str | None]:
-    """(chat type, chat id, thread id): a thread lives under its parent channel."""
-    if isinstance(channel, discord.Thread):
-        return "thread", str(channel.parent_id), str(channel.id)
-    if isinstance(channel, discord.DMChannel):
-        return "dm", str(channel.id), None
-    return "group", str(channel.id), None
-
-
 def _why(exc: BaseException) -> str:
     """A short reason without request details (which could carry an interaction token)."""
     status = getattr(exc, "status", None)
     return f"{type(exc).__name__} {status}" if status else type(exc).__name__
-
-
-def _replies_to(message: discord.Message, user_id: int) -> bool:
-    reference = message.reference
-    resolved = reference.resolved if reference else None
-    return isinstance(resolved, discord.Message) and resolved.author.id == user_id
-
-
-def _attachment(item: discord.Attachment, max_image_bytes: int) -> Attachment:
-    if not isinstance(item.size, int) or not isinstance(item.url, str):
-        raise TypeError(f"attachment {item.id} has a malformed size or url")
-    mime = item.content_type if isinstance(item.content_type, str) else "application/octet-stream"
-    kind = "image" if mime.startswith("image/") and item.size <= max_image_bytes else "file"
-    return Attachment(kind=kind, mime=mime, size=item.size, name=str(item.filename), url=item.url)

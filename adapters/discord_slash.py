@@ -56,6 +56,8 @@ SLASH_COMMANDS: dict[str, SlashCommand] = {
                             "The pairing code", required=True),
     "remember": SlashCommand("Save a fact to the bot-wide memory (operators only)", "fact", "The fact",
                              required=True),
+    "forget": SlashCommand("Erase everything you wrote in this chat (admins: someone else's)", "who",
+                           "me, or platform:user-id (admins)", required=True),
     "stats": SlashCommand("Gateway-wide counters since start (admins only)"),
     "whoami": SlashCommand("Your id, as the bot's admin and access lists name you"),
     "help": SlashCommand("List the commands"),

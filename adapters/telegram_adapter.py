@@ -14,6 +14,10 @@ set its own) are logged, retried with backoff, and after ``backoff.max_failures`
 wait (exit 1, so the service manager restarts it). Telegram's own report that it cannot deliver to the webhook
 (getWebhookInfo's last error) is logged once per new error.
 
+Edits (``edited_message``, ``edited_channel_post``) become edit `Inbound` events, keyed by their update id.
+The Bot API never reports deleted messages: a message deleted in Telegram stays in the bot's history (users
+can still erase theirs with ``/forget me``).
+
 Privacy mode: with BotFather's privacy mode on (the default), Telegram delivers only commands, @mentions
 and replies to the bot in groups. Turn it off (``/setprivacy``) for unaddressed chatter to reach the
 callback as context.
@@ -29,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import json
 import logging
 import re
@@ -600,14 +605,7 @@ class TelegramAdapter(Adapter):
         except Exception as exc:
             log.warning("telegram: skipping malformed update %s (%s)", data.get("update_id"), type(exc).__name__)
             return True
-        message = update.message or update.channel_post
-        if message is None:
-            return True
-        try:
-            inbound = await self._to_inbound(message)
-        except Exception:
-            log.exception("telegram: could not read update %s; skipped", update.update_id)
-            return True
+        inbound = await self._read_update(update)
         if inbound is None:
             return True
         try:
@@ -661,17 +659,22 @@ class TelegramAdapter(Adapter):
             await asyncio.sleep(min(2.0, 0.25 * 2 ** (failures - 1)))
 
     async def _read_update(self, update: Update) -> Inbound | None:
-        """The message an update carries, or None (skipped)."""
+        """The message or edit an update carries, or None (skipped)."""
         message = update.message or update.channel_post
-        if message is None:
-            kind = "edited message" if update.edited_message or update.edited_channel_post else "unsupported"
-            log.debug("telegram: skipping %s update %s", kind, update.update_id)
+        edited = update.edited_message or update.edited_channel_post
+        if message is None and edited is None:
+            log.debug("telegram: skipping unsupported update %s", update.update_id)
             return None
         try:
-            return await self._to_inbound(message)
+            inbound = await self._to_inbound(message or edited)
         except Exception as exc:
             log.warning("telegram: skipping unreadable update %s (%s)", update.update_id, describe(exc))
             return None
+        if inbound is None or message is not None:
+            return inbound
+        # Each edit comes in an update of its own, whose id a redelivery keeps.
+        return dataclasses.replace(inbound, kind="edit", edit_id=str(update.update_id),
+                                   received_at=edited.edit_date or inbound.received_at)
 
     async def _to_inbound(self, message: Message) -> Inbound | None:
         user = message.from_user

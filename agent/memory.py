@@ -4,7 +4,8 @@ Compression is lossy by design; facts a user wants kept (preferences, hard const
 in memory. A `MemoryProvider` is told before every compression (``on_pre_compress``) so it can rescue what
 is about to be summarized away, and when a compaction moves the conversation to another session id
 (``on_session_switch``). Its content enters the system prompt as a snapshot frozen at session start: writes
-during the session land on disk but do not change the prompt, which keeps the prompt cache valid.
+during the session land on disk but do not change the prompt, which keeps the prompt cache valid. (The gateway
+takes the snapshot again when another process replaced the session's active set, an erasure among them.)
 
 `FileMemoryProvider` keeps three files under a root directory, each with its own trust boundary:
 
@@ -14,7 +15,10 @@ during the session land on disk but do not change the prompt, which keeps the pr
   per-user group sessions), written only there.
 - ``chats/<platform>-<chat>/CHAT.md`` — one group chat's notes, only in that chat.
 
-Every entry is redacted (no secret is ever stored) and capped in size, and so is every file.
+Every entry is redacted (no secret is ever stored) and capped in size, and so is every file. An entry written
+during a turn cites the message that turn answers (`Author.message`, `Author.ref`), in an HTML comment at the end
+of its line that the model is never shown; `erase` drops entries by their citation or their text, so a deleted
+message takes what was remembered from it along.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -36,6 +40,7 @@ __all__ = [
     "DEFAULT_MAX_FILE_CHARS",
     "Author",
     "FileMemoryProvider",
+    "MemoryEntry",
     "MemoryFull",
     "MemoryProvider",
     "Target",
@@ -48,6 +53,8 @@ DEFAULT_MAX_FILE_CHARS = 20_000
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 # "remember that X" / "please remember: X" at the start of a line of a user message.
 _REMEMBER = re.compile(r"(?im)^\s*(?:please\s+)?remember(?:\s+that)?\s*[:,]?\s+(.{3,500}?)\s*$")
+# An entry's citation: ``<!-- from discord:42 in inbound:discord:3000::10001 -->`` ends its line.
+_CITE = re.compile(r"[ \t]*<!-- from (\S*) in (\S*) -->[ \t]*$", re.MULTILINE)
 
 
 class MemoryFull(Exception):
@@ -60,6 +67,18 @@ class Author:
 
     user_id: str | None = None
     operator: bool = False
+    # The message the turn answers (its key) and its sender (``platform:user id``): what entries written now cite.
+    message: str | None = None
+    ref: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryEntry:
+    """One entry of a memory file: its text and, when it has one, the message it cites and that message's author."""
+
+    text: str
+    message: str | None = None
+    ref: str | None = None
 
 
 class MemoryProvider:
@@ -88,6 +107,10 @@ class MemoryProvider:
     def tools(self) -> list[Tool]:
         """Tools this memory offers the model."""
         return []
+
+    async def erase(self, drop: Callable[[MemoryEntry], bool]) -> int:
+        """Remove every entry ``drop`` picks from this conversation's memory files; how many (none here)."""
+        return 0
 
 
 def system_prompt_with_memory(base: str, memory: MemoryProvider | None) -> str:
@@ -140,20 +163,28 @@ class FileMemoryProvider(MemoryProvider):
         return target in self.scopes and (target != "bot" or self.author.operator)
 
     async def read(self, target: Target) -> str:
-        """The current content of a memory file ('' when it does not exist yet)."""
+        """The current content of a memory file as the model may see it ('' when it does not exist yet): its
+        entries without their citations."""
+        return _CITE.sub("", await self._load(target))
+
+    async def _load(self, target: Target) -> str:
         path = self._path(target)
         return await asyncio.to_thread(lambda: path.read_text("utf-8") if path.exists() else "")
 
     async def append(self, target: Target, text: str) -> None:
-        """Add one entry (a ``- `` bullet line, secrets redacted) to a memory file; `MemoryFull` for an entry
-        over `MAX_ENTRY_CHARS` or past the file's size cap. Trusted: callers check `may_write` first."""
+        """Add one entry (a ``- `` bullet line, secrets redacted) to a memory file, citing the message the turn
+        answers; `MemoryFull` for an entry over `MAX_ENTRY_CHARS` or past the file's size cap. Trusted: callers
+        check `may_write` first."""
         flat = " ".join(redact_secrets(text).split())
         if len(flat) > MAX_ENTRY_CHARS:
             raise MemoryFull(f"an entry holds at most {MAX_ENTRY_CHARS:,} characters ({len(flat):,} given)")
-        entry = f"- {flat}\n"
+        cite = self.author
+        # Ids have no spaces: one that did could not be read back, so it is not written.
+        cited = cite.message and cite.ref and not any(c.isspace() for c in cite.message + cite.ref)
+        entry = f"- {flat} <!-- from {cite.ref} in {cite.message} -->\n" if cited else f"- {flat}\n"
         path = self._path(target)
         async with self._lock:
-            current = await self.read(target)
+            current = await self._load(target)
             if len(current) + len(entry) > self.max_file_chars:
                 raise MemoryFull(f"{path.name} is full ({len(current):,} of {self.max_file_chars:,} characters)")
             await asyncio.to_thread(_append_text, path, entry)
@@ -195,6 +226,39 @@ class FileMemoryProvider(MemoryProvider):
     def tools(self) -> list[Tool]:
         """The ``memory`` tool bound to these files and to the trust rules of `may_write`."""
         return [memory_tool(self)]
+
+    async def erase(self, drop: Callable[[MemoryEntry], bool]) -> int:
+        """Remove every entry ``drop`` picks from this conversation's files (the bot's, the chat's, the user's);
+        how many. Each file is rewritten whole, through a temporary file, so a crash leaves it old or new."""
+        removed = 0
+        async with self._lock:
+            for target in self.scopes:
+                path = self._path(target)
+                kept, dropped = _without(await self._load(target), drop)
+                if dropped:
+                    await asyncio.to_thread(_replace_text, path, kept)
+                    removed += dropped
+        return removed
+
+
+def _entry(line: str) -> MemoryEntry:
+    """The entry a line of a memory file holds (its text without the bullet and the citation)."""
+    cite = _CITE.search(line)
+    text = (line[: cite.start()] if cite else line).strip()
+    text = text[2:] if text.startswith("- ") else text
+    return MemoryEntry(text, cite.group(2), cite.group(1)) if cite else MemoryEntry(text)
+
+
+def _without(content: str, drop: Callable[[MemoryEntry], bool]) -> tuple[str, int]:
+    """``content`` without the lines whose entry ``drop`` picks, and how many those were."""
+    kept = [line for line in content.splitlines(keepends=True) if not (line.strip() and drop(_entry(line)))]
+    return "".join(kept), len(content.splitlines()) - len(kept)
+
+
+def _replace_text(path: Path, text: str) -> None:
+    temporary = path.with_name(f".{path.name}.erasing")
+    temporary.write_text(text, encoding="utf-8")
+    temporary.replace(path)
 
 
 def _append_text(path: Path, text: str) -> None:

@@ -1,7 +1,8 @@
 """Chat commands (R-G5): parsing, permissions and the texts users see.
 
 ``/compress [focus]`` (admin), ``/new [--unpin]``, ``/status``, ``/stats`` (admin), ``/usage``,
-``/approve CODE`` (admin), ``/model [NAME | reset]`` (setting it: admin), ``/stop`` (the sender of the running
+``/approve CODE`` (admin), ``/model [NAME | reset]`` (setting it: admin), ``/forget me`` (someone else:
+admin), ``/stop`` (the sender of the running
 answer, or an admin; handled by the router, outside the queue, and carried to the worker running the turn by
 `gateway.stops`), ``/persona [TEXT | reset]`` (admin), ``/pin TEXT``, ``/pins``, ``/unpin N`` (pin and
 unpin: admins in groups), ``/whoami``, ``/help``. Commands work the same on every platform;
@@ -10,7 +11,7 @@ adapters recognise them (``adapters.base.parse_command``, which drops ``/cmd@oth
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
@@ -20,6 +21,8 @@ from agent.events import EventSink, NoticeSink
 from agent.memory import MemoryFull
 from gateway.busy import RunningTurn, StopOutcome
 from gateway.compaction import compress_session, hygiene_check
+from gateway.erasure import ErasureReport
+from gateway.forget import forget_command
 from gateway.keys import SessionKey
 from gateway.limits import RateLimiter, format_top_spenders, format_usage
 from gateway.metrics import Metrics
@@ -70,6 +73,7 @@ COMMANDS: dict[str, str] = {
     "unpin": "/unpin N — remove pin N",
     "remember": "/remember <fact> — save a fact to the bot-wide memory, which every chat sees (operators only)",
     "whoami": "/whoami — your id, as gateway.admins and the access lists name you",
+    "forget": "/forget me — erase everything you wrote in this chat (admins: /forget platform:user-id)",
     "help": "/help — this list",
 }
 # Only the console has these (it handles them itself): never registered on a platform.
@@ -82,7 +86,7 @@ GROUP_ADMIN_COMMANDS = frozenset({"compress", "new", "stats", "approve", "person
 UNPIN_FLAG = "--unpin"
 # Commands that change something stored (or a memory file): each runs at most once per message, so a retry
 # after a crash in the middle of one says so instead of running it again.
-CHANGING_COMMANDS = frozenset({"compress", "new", "pin", "unpin", "approve", "remember"})
+CHANGING_COMMANDS = frozenset({"compress", "new", "pin", "unpin", "approve", "remember", "forget"})
 
 INTERRUPTED_COMMAND = ("⚠️ /{name} was interrupted before it could answer (a restart or a storage outage) and "
                        "may or may not have taken effect; check before sending it again.")
@@ -272,6 +276,8 @@ class CommandContext:
     events: EventSink | None = None
     limiter: RateLimiter | None = None
     pairing: Pairing | None = None
+    # Told what an erasure (/forget) removed, so text the router holds in memory goes too.
+    erased: Callable[[ErasureReport], None] | None = None
 
 
 async def run_command(command: Command, ctx: CommandContext) -> tuple[str, LiveSession]:
@@ -302,6 +308,9 @@ async def run_command(command: Command, ctx: CommandContext) -> tuple[str, LiveS
         return await _remember(ctx, command.args), ctx.live
     if command.name == "whoami":
         return whoami(ctx.inbound), ctx.live
+    if command.name == "forget":
+        return await forget_command(ctx.sessions, ctx.live, ctx.inbound, command.args, admin=ctx.admin,
+                                    erased=ctx.erased), ctx.live
     if command.name == "help":
         return format_help(ctx.admin, console=ctx.inbound.platform == "console"), ctx.live
     return f"Unknown command /{command.name}. Try /help.", ctx.live

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Callable
 
 from gateway.keys import SessionKey
 
@@ -37,3 +38,11 @@ class GroupContext:
     def take(self, key: SessionKey) -> list[str]:
         """The kept lines of ``key`` (oldest first), forgetting them."""
         return list(self._lines.pop(key, ()))
+
+    def drop(self, key: SessionKey, unwanted: Callable[[str], bool]) -> None:
+        """Forget the kept lines of ``key`` that ``unwanted`` picks (a deleted message's)."""
+        lines = self._lines.get(key)
+        if lines is not None:
+            kept = [line for line in lines if not unwanted(line)]
+            lines.clear()
+            lines.extend(kept)

@@ -49,7 +49,7 @@ from gateway.runtime import Runtime
 from gateway.spool import Spool
 from gateway.store import AlreadyStored, Handled, Handling, InboxEntry, Progress, Store
 
-__all__ = ["Inbox", "decode", "encode", "inbound_key"]
+__all__ = ["Inbox", "decode", "encode", "inbound_key", "message_key"]
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +59,20 @@ KEEP_TIMEOUT_S = 5.0
 KEEP_PAUSE_S = 5.0
 
 
-def inbound_key(inbound: Inbound) -> str:
-    """The de-duplication key of an inbound message: its platform id within its chat (and thread)."""
+def message_key(inbound: Inbound) -> str:
+    """The key of the message ``inbound`` is about (its platform id within its chat and thread), whether
+    ``inbound`` is that message, an edit of it or its deletion: what stored rows name as their origin."""
     return f"inbound:{inbound.platform}:{inbound.chat_id}:{inbound.thread_id or ''}:{inbound.message_id}"
+
+
+def inbound_key(inbound: Inbound) -> str:
+    """The de-duplication key of an inbound event: the message's key; an edit's and a deletion's are their own,
+    so each is handled once and never taken for the message itself."""
+    if inbound.kind == "edit":
+        return f"{message_key(inbound)}:edit:{inbound.edit_id}"
+    if inbound.kind == "delete":
+        return f"{message_key(inbound)}:delete"
+    return message_key(inbound)
 
 
 def encode(inbound: Inbound) -> str:

@@ -70,11 +70,11 @@ class GroupObserver:
         """Lines of ``key`` not written yet."""
         return len(self._pending.get(key, ()))
 
-    def add(self, key: SessionKey, line: str, user_id: str, mark: Handled) -> asyncio.Future[None]:
-        """Keep ``line`` (the inbound message ``mark`` names) for ``key``'s next batch, written within
-        ``flush_seconds``; what it returns resolves once the line is stored."""
+    def add(self, key: SessionKey, line: dict[str, Any], user_id: str, mark: Handled) -> asyncio.Future[None]:
+        """Keep ``line`` (the user message the inbound message ``mark`` names became) for ``key``'s next batch,
+        written within ``flush_seconds``; what it returns resolves once the line is stored."""
         lines = self._pending.setdefault(key, [])
-        pending = _Line(mark, {"role": "user", "content": line})
+        pending = _Line(mark, line)
         lines.append(pending)
         if len(lines) > self.max_pending:
             dropped = lines[: len(lines) - self.max_pending]

@@ -1,11 +1,14 @@
 """The message path (R-G2, R-G4), readable top to bottom:
 
     inbound ─▶ access (ignore / refuse / pairing code) ─▶ session key
+            ─▶ edit or deletion? note it for its message's turn, queue it behind the message (gateway.changes)
             ─▶ /stop? cancel the running turn (here, or on the worker running it), stop
             ─▶ unaddressed group line? observe: batch it into the session (gateway.observe), stop
             ─▶ busy mode (interrupt the sender's turn / collect a burst) ─▶ queue depth cap
             ─▶ arrival ticket ─▶ per-session FIFO ─▶ turn lock (and the ticket's turn)
             ─▶ handled before? drop (de-dup) ─▶ load session (+ how far the message's handling got)
+            ─▶ a deletion? erase the message everywhere, stop ─▶ a message: its newest edit (deleted: drop)
+            ─▶ an edit: the correction of an answered message (or nothing left to do)
             ─▶ stored already? drop ─▶ the group's pending lines
             ─▶ command? run it (one that changes something: at most once) ─▶ store the reply with the mark
             ─▶ else rate limits / budgets ─▶ hygiene (R-G3)
@@ -56,6 +59,7 @@ from agent.turn import StopReason, TurnResult
 from gateway.access import AccessPolicy, Verdict, user_ref
 from gateway.arrivals import Turn
 from gateway.busy import Batch, RunningTurn, RunningTurns
+from gateway.changes import MessageChanges
 from gateway.commands import (
     INTERRUPTED_COMMAND,
     Command,
@@ -66,13 +70,12 @@ from gateway.commands import (
     stop_command,
 )
 from gateway.compaction import run_hygiene
-from gateway.continuity import with_note
 from gateway.delivery import Deliveries, MarkedAnswer
 from gateway.durability import backoff_delay, is_storage_outage
 from gateway.faults import crash_point
 from gateway.group_context import GroupContext
-from gateway.inbox import Inbox, inbound_key
-from gateway.keys import SessionKey, session_key
+from gateway.inbox import Inbox, inbound_key, message_key
+from gateway.keys import Scope, SessionKey, session_key
 from gateway.limits import RateLimiter, summaries_charged_to
 from gateway.logsetup import bind_log_session, log_context
 from gateway.logthrottle import LogThrottle, describe_cause
@@ -81,9 +84,11 @@ from gateway.observe import GroupObserver
 from gateway.pairing import Pairing
 from gateway.prompt import speaker_tag
 from gateway.queues import QueueClosed, SessionQueues
+from gateway.quotes import quotes
 from gateway.replies import cap_reply
 from gateway.session import LiveSession, SessionManager
 from gateway.turns import TurnAnswer, agent_turn
+from gateway.user_messages import observed_line, request_message
 
 __all__ = ["Router"]
 
@@ -92,7 +97,6 @@ log = logging.getLogger(__name__)
 FAILURE_TEXT = "⚠️ Something went wrong while handling your message. Please try again."
 EMPTY_ANSWER = "(The model returned an empty answer.)"
 INTERRUPTED_TEXT = "⚠️ I was interrupted (the bot is restarting) before I could answer. Ask me to continue."
-CONTEXT_HEADER = "[Earlier messages in this channel, not addressed to you]"
 REFUSED_DM = "Sorry, this bot is not available to you."
 PAIRING_TEXT = ("This bot answers people an admin approved. Your pairing code is {code}: "
                 "ask an admin to send /approve {code}.")
@@ -142,6 +146,7 @@ class Router:
         self.observer = GroupObserver(sessions)
         self._batches: dict[tuple[SessionKey, str], Batch] = {}
         self._failures = LogThrottle(log)
+        self.changes = MessageChanges(sessions, self.observer, self.context, observing=self.observing)
 
     async def handle(self, inbound: Inbound, adapter: Adapter) -> None:
         """Take one inbound message; returns once it has been handled (queued behind its session's earlier ones).
@@ -160,11 +165,22 @@ class Router:
 
     async def _route(self, inbound: Inbound, adapter: Adapter) -> None:
         admin = is_admin(inbound.platform, inbound.user_id, self.settings.gateway.admins, inbound.is_admin_hint)
-        if not await self._admitted(inbound, adapter, admin):
+        if inbound.kind == "delete":
+            # Only the chat gate applies: whoever wrote the message, its text must go.
+            if inbound.chat_type == "dm" or admin or self.access.chat_served(inbound):
+                self.changes.revisions.note(inbound)
+                await self._enqueue(await self.changes.session_of(inbound, self._scope(inbound)), inbound, adapter)
+            return
+        if not await self._admitted(inbound, adapter, admin, quiet=inbound.kind == "edit"):
             return
         if inbound.chat_type != "dm" and not inbound.mentions_bot and self.access.free_response(inbound):
             inbound = dataclasses.replace(inbound, mentions_bot=True)
-        key = session_key(inbound, self.settings.gateway.scope_for(inbound.platform))
+        key = session_key(inbound, self._scope(inbound))
+        if inbound.kind == "edit":
+            # Queued behind the message it edits, with no reply of its own on the way (`MessageChanges`).
+            self.changes.revisions.note(inbound)
+            await self._enqueue(key, inbound, adapter)
+            return
         command = Command.of(inbound)
         if command is not None and command.name == "stop":
             # Never queued: it acts on the turn the queue is busy with.
@@ -176,7 +192,7 @@ class Router:
         if not addressed and self.observing and key.is_group:
             # Batched, no lock per line; stored once, with its handled mark, by whichever write comes first. Done
             # only once stored: until then the inbox (or the platform) still holds it.
-            stored = self.observer.add(key, _observed_line(inbound), inbound.user_id, self.inbox.marker(inbound, key))
+            stored = self.observer.add(key, observed_line(inbound), inbound.user_id, self.inbox.marker(inbound, key))
             crash_point("observed-queued")
             await stored
             self.inbox.release(inbound)
@@ -254,8 +270,9 @@ class Router:
         turn = await arrivals.arrive(str(key))
         await self._queues.submit(key, (item, adapter, turn))
 
-    async def _admitted(self, inbound: Inbound, adapter: Adapter, admin: bool) -> bool:
-        """Apply the access policy: True to go on; otherwise the refusal (if any is due) was sent."""
+    async def _admitted(self, inbound: Inbound, adapter: Adapter, admin: bool, *, quiet: bool = False) -> bool:
+        """Apply the access policy: True to go on; otherwise the refusal (if any is due, and not ``quiet``)
+        was sent."""
         approved = (self.pairing is not None and inbound.chat_type == "dm" and not admin
                     and await self.pairing.is_approved(user_ref(inbound)))
         verdict = self.access.decide(inbound, admin=admin, approved=approved)
@@ -263,12 +280,15 @@ class Router:
             return True
         log.info("access: %s from %s in %s:%s (%s)", verdict, user_ref(inbound), inbound.platform, inbound.chat_id,
                  inbound.chat_type)
-        if inbound.chat_type == "dm":
+        if inbound.chat_type == "dm" and not quiet:
             if verdict is Verdict.PAIR and self.pairing is not None:
                 await adapter.send(inbound, PAIRING_TEXT.format(code=await self.pairing.code_for(user_ref(inbound))))
             elif verdict is Verdict.REFUSE:
                 await adapter.send(inbound, REFUSED_DM)
         return False
+
+    def _scope(self, inbound: Inbound) -> Scope:
+        return self.settings.gateway.scope_for(inbound.platform)
 
     def cancel(self, inbound: Inbound) -> bool:
         """Stop the turn running in ``inbound``'s session, as /stop does (the console's Ctrl-C); False when none
@@ -397,14 +417,21 @@ class Router:
         return compose
 
     async def _chain(self, key: SessionKey, inbound: Inbound, adapter: Adapter) -> list[Reply]:
+        if inbound.kind == "delete":
+            await self.changes.erase(key, inbound)
+            return []
+        revised = await self.changes.revised(key, inbound)
+        if revised is None:
+            return []
+        inbound, lead = revised
         command = Command.of(inbound)
         if key.is_group and not _addressed(inbound, command):
             if self.observing:  # under the lock already: stored, with its mark, now
-                self.observer.add(key, _observed_line(inbound), inbound.user_id, self.inbox.marker(inbound, key))
+                self.observer.add(key, observed_line(inbound, lead), inbound.user_id, self.inbox.marker(inbound, key))
                 await self.observer.flush_locked(key)
                 self.inbox.release(inbound)
             else:
-                self.context.add(key, speaker_tag(inbound.user_name, inbound.text))
+                self.context.add(key, speaker_tag(inbound.user_name, lead + inbound.text))
             return []
         # One read: the session, the chat's pins, and how far this message's handling got (stored already?).
         live, handling = await self.sessions.open_for_message(key, inbound.user_id, inbound_key(inbound))
@@ -423,13 +450,15 @@ class Router:
             await adapter.send(inbound.chat, notice.text)
 
         admin = is_admin(inbound.platform, inbound.user_id, self.settings.gateway.admins, inbound.is_admin_hint)
-        # Who may write which memory this turn (the bot-wide one: operators only).
-        live.memory.set_author(Author(inbound.user_id, operator=is_operator(inbound, self.settings.gateway.admins)))
+        # Who may write which memory this turn (the bot-wide one: operators only), and what its entries cite.
+        live.memory.set_author(Author(inbound.user_id, operator=is_operator(inbound, self.settings.gateway.admins),
+                                      message=message_key(inbound), ref=user_ref(inbound)))
         if command is not None and (command.known or not key.is_group):
             if command.changes_state and not await self.inbox.begin(inbound, key, handling):
                 return [INTERRUPTED_COMMAND.format(name=command.name)]
             ctx = CommandContext(self.sessions, live, inbound, admin, notices, self.events, self.limiter,
-                                 self.pairing)
+                                 self.pairing, erased=lambda report: self.context.drop(
+                                     key, lambda line: quotes(line, report.cuts)))
             reply, _ = await run_command(command, ctx)
             if command.changes_state:
                 crash_point("command-applied")
@@ -443,7 +472,7 @@ class Router:
             answer = TurnAnswer(self.inbox.marker(inbound, key), self.deliveries,
                                 compose=self._composer(inbound, running, live), progress=handling.progress)
             # An earlier attempt that died after a compaction stored the request: the turn resumes from it.
-            request = None if handling.progress else self._user_message(key, live, inbound)
+            request = None if handling.progress else self._user_message(key, live, inbound, lead)
             if request is None:
                 log.warning("message %s in %s: resuming its turn, whose request an earlier attempt stored",
                             inbound.message_id, key)
@@ -468,30 +497,10 @@ class Router:
         await self.deliveries.confirm(adapter, answer.delivery_id)
         return []
 
-    def _user_message(self, key: SessionKey, live: LiveSession, inbound: Inbound) -> dict[str, Any]:
-        text = inbound.text
-        if key.is_group:
-            text = speaker_tag(inbound.user_name, text)
-            earlier = self.context.take(key)
-            if earlier:
-                text = "\n".join([CONTEXT_HEADER, *earlier, "", text])
-        text = with_note(live.pending_note, text)
-        live.pending_note = None
-        images = [a.data_url or a.url for a in inbound.attachments if a.kind == "image" and (a.data_url or a.url)]
-        # What the model cannot see is at least named, so a file-only message is never an empty turn.
-        notes = [f"[Attached {a.kind}: {a.name} ({a.mime}, {a.size:,} bytes)]" for a in inbound.attachments
-                 if not (a.kind == "image" and (a.data_url or a.url))]
-        text = "\n".join(part for part in (text, *notes) if part)
-        if not images:
-            return {"role": "user", "content": text}
-        return {"role": "user", "content": [{"type": "text", "text": text},
-                                            *({"type": "image_url", "image_url": {"url": u}} for u in images)]}
-
-
-def _observed_line(inbound: Inbound) -> str:
-    """An unaddressed group message as stored: the speaker's tag, the text, and any attachment named."""
-    notes = [f"[Attached {a.kind}: {a.name}]" for a in inbound.attachments]
-    return speaker_tag(inbound.user_name, "\n".join(part for part in (inbound.text, *notes) if part))
+    def _user_message(self, key: SessionKey, live: LiveSession, inbound: Inbound, lead: str) -> dict[str, Any]:
+        earlier = self.context.take(key) if key.is_group else []
+        note, live.pending_note = live.pending_note, None
+        return request_message(inbound, group=key.is_group, earlier=earlier, note=note, lead=lead)
 
 
 def _answer_text(result: TurnResult, running: RunningTurn) -> str | None:

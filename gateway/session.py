@@ -117,6 +117,11 @@ class SessionManager:
         """The warm live session of ``key`` (the one its last turn used), or None."""
         return self._live.get(key)
 
+    def drop(self, key: SessionKey) -> None:
+        """Forget ``key``'s warm live session: its next message builds it again from the store (an erasure
+        changed what it held, its memory snapshot included)."""
+        self._live.pop(key, None)
+
     async def open(self, key: SessionKey, user_id: str | None) -> LiveSession:
         """The chat's open session, fresh from the store (created, with a continuity note, if none is open)."""
         return (await self.open_for_message(key, user_id, None))[0]
@@ -160,8 +165,13 @@ class SessionManager:
         if live is None or live.id != record.id:
             live = await self._build(key, record, user_id, active.messages, pins)
         else:
+            replaced = record.compactions != live.record.compactions
             live.record = record
-            if record.engine != live.synced_state:
+            if replaced:
+                # Another process replaced the active set — a compaction, or an erasure that may have taken a
+                # memory entry with it: the memory snapshot is taken again (the prompt changes only if it did).
+                await live.memory.start_session(record.id)
+            if replaced or record.engine != live.synced_state:
                 # Another worker (or a sweep) moved the session on: take its engine state and prompt.
                 restore_engine_state(live.engine, record.engine)
                 live.synced_state = record.engine

@@ -130,6 +130,8 @@ async def _sweep(sessions: SessionManager, *, dry_run: bool, progress: Progress 
         finally:
             if progress is not None:
                 progress(done, len(candidates))
+    if not dry_run and await rt.store.erasure.purge_if_due():
+        log.info("sweep: SQLite's full-text indexes rewritten without the words of erased messages")
     report.seconds = time.perf_counter() - started
     log.info("sweep: %d candidate(s), %d compressed, %d failed in %.2f s", len(report.entries),
              report.compressed, report.failed, report.seconds)

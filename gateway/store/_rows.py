@@ -16,7 +16,7 @@ from agent.compression.messages import plain_text
 from agent.storable import storable_text
 from gateway.store.errors import SessionEnded, SessionNotFound
 from gateway.store.models import MessageRow, SessionRow
-from gateway.store.records import CompactionInfo, EngineState, MessageRecord, SessionRecord
+from gateway.store.records import CompactionInfo, EngineState, MessageRecord, SessionRecord, origin_columns
 
 Message = dict[str, Any]
 _ROLES = frozenset({"system", "user", "assistant", "tool"})
@@ -58,6 +58,8 @@ class StoredRow:
     tokens: int
     created_at: datetime
     compacted: bool
+    origin: str | None = None
+    author: str | None = None
 
 
 def encoded_rows(messages: Sequence[Mapping[str, Any]], token_counts: Sequence[int],
@@ -66,7 +68,7 @@ def encoded_rows(messages: Sequence[Mapping[str, Any]], token_counts: Sequence[i
     unescaped), not its JSON envelope, so a command or a path is found as it was typed."""
     return [
         StoredRow(role=str(m["role"]), payload=json.dumps(m, ensure_ascii=False), search_text=storable_text(plain_text(m)),
-                  tokens=int(t), created_at=at, compacted=False)
+                  tokens=int(t), created_at=at, compacted=False, **origin_columns(m))
         for m, t in zip(messages, token_counts, strict=True)
     ]
 
@@ -77,7 +79,8 @@ def message_values(session_id: str, first_seq: int, rows: Sequence[StoredRow], *
     return [
         {"session_id": session_id, "seq": first_seq + i, "role": r.role, "payload": r.payload,
          "search_text": r.search_text, "tokens": r.tokens, "created_at": r.created_at, "active": True,
-         "archived_at": None, "archived_by": None, "compacted": r.compacted if compacted is None else compacted}
+         "archived_at": None, "archived_by": None, "compacted": r.compacted if compacted is None else compacted,
+         "origin": r.origin, "author": r.author}
         for i, r in enumerate(rows)
     ]
 
@@ -89,10 +92,14 @@ async def insert_rows(conn: AsyncConnection, session_id: str, first_seq: int, ro
         await conn.execute(insert(MessageRow), message_values(session_id, first_seq, rows, compacted=compacted))
 
 
+# The columns a row is copied with (`stored`).
+STORED_COLUMNS = (MessageRow.seq, MessageRow.role, MessageRow.payload, MessageRow.search_text, MessageRow.tokens,
+                  MessageRow.created_at, MessageRow.compacted, MessageRow.origin, MessageRow.author)
+
+
 def active_rows_query(session_id: str) -> Select[Any]:
     """The session's active rows in sequence order."""
-    return (select(MessageRow.seq, MessageRow.role, MessageRow.payload, MessageRow.search_text, MessageRow.tokens,
-                   MessageRow.created_at, MessageRow.compacted)
+    return (select(*STORED_COLUMNS)
             .where(MessageRow.session_id == session_id, MessageRow.active.is_(True))
             .order_by(MessageRow.seq))
 
@@ -105,7 +112,7 @@ async def active_rows(conn: AsyncConnection, session_id: str) -> list[Row[Any]]:
 def stored(row: Row[Any]) -> StoredRow:
     """A selected message row as a copyable `StoredRow`."""
     return StoredRow(role=row.role, payload=row.payload, search_text=row.search_text, tokens=row.tokens,
-                     created_at=row.created_at, compacted=row.compacted)
+                     created_at=row.created_at, compacted=row.compacted, origin=row.origin, author=row.author)
 
 
 async def archive_active(conn: AsyncConnection, session_id: str, number: int, at: datetime) -> None:

@@ -17,6 +17,7 @@ from sqlalchemy import Row, Select, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.store._rows import (
+    STORED_COLUMNS,
     StoredRow,
     active_rows,
     archive_active,
@@ -37,7 +38,7 @@ from gateway.store.inbox import settle
 from gateway.store.models import CompactionRow, MessageRow, SessionRow
 from gateway.store.records import CompactionInfo, CompactionRecord, EngineState, Handled, SessionRecord
 
-__all__ = ["CompactionRepository"]
+__all__ = ["CompactionRepository", "replace_set"]
 
 
 def _check_watermark(session: Row[Any], watermark_seq: int) -> None:
@@ -58,8 +59,7 @@ def _info(reason: str, before: Sequence[Row[Any]], after: Sequence[StoredRow], n
 
 
 def _row_columns() -> Select[Any]:
-    return select(MessageRow.seq, MessageRow.role, MessageRow.payload, MessageRow.search_text, MessageRow.tokens,
-                  MessageRow.created_at, MessageRow.compacted)
+    return select(*STORED_COLUMNS)
 
 
 async def _later_turns(conn: AsyncConnection, session_id: str, number: int) -> list[Row[Any]]:
@@ -86,34 +86,41 @@ async def _later_turns(conn: AsyncConnection, session_id: str, number: int) -> l
     return [r for r in rows if not any(r.seq in span for span in copies)]
 
 
+async def replace_set(conn: AsyncConnection, session: Row[Any], new_rows: list[StoredRow], *, reason: str,
+                      watermark: int, engine_state: EngineState | None, record_info: bool = True) -> int:
+    """Inside a write transaction holding ``session``'s row: archive its active set as replacement N and make
+    ``new_rows`` (then the rows appended after ``watermark``) the active set, with fresh sequences above a burned
+    generation marker; return N. ``record_info=False`` leaves the session's last compaction as it was (a
+    replacement that compacted nothing)."""
+    before = await active_rows(conn, session.id)
+    carried = [stored(r) for r in before if r.seq > watermark]
+    after = new_rows + carried
+    number = session.compactions + 1
+    at = utcnow()
+    await archive_active(conn, session.id, number, at)
+    # One sequence is burned as the generation marker: any watermark read before this commit is below it.
+    generation = session.last_seq + 1
+    await insert_rows(conn, session.id, generation + 1, after)
+    state_values = engine_values(engine_state) if engine_state is not None else {}
+    if record_info:
+        state_values["last_compaction"] = _info(reason, before, after, number, engine_state).to_json()
+    else:
+        state_values.pop("last_compaction", None)
+    await conn.execute(update(SessionRow).where(SessionRow.id == session.id).values({
+        **state_values, "last_seq": generation + len(after), "generation_seq": generation,
+        "compactions": number, "message_count": len(after), "token_count": sum(r.tokens for r in after)}))
+    await conn.execute(insert(CompactionRow).values(
+        session_id=session.id, number=number, at=at, reason=reason, watermark=watermark,
+        messages_before=len(before), messages_after=len(after), tokens_before=sum(r.tokens for r in before),
+        tokens_after=sum(r.tokens for r in after), carried=len(carried)))
+    return number
+
+
 class CompactionRepository:
     """Atomic replacements of active sets, their history, and rotation to a child session."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
-
-    async def _replace(self, conn: AsyncConnection, session: Row[Any], new_rows: list[StoredRow], *,
-                       reason: str, watermark: int, engine_state: EngineState | None) -> int:
-        before = await active_rows(conn, session.id)
-        carried = [stored(r) for r in before if r.seq > watermark]
-        after = new_rows + carried
-        number = session.compactions + 1
-        at = utcnow()
-        await archive_active(conn, session.id, number, at)
-        # One sequence is burned as the generation marker: any watermark read before this commit is below it.
-        generation = session.last_seq + 1
-        await insert_rows(conn, session.id, generation + 1, after)
-        info = _info(reason, before, after, number, engine_state)
-        state_values = engine_values(engine_state) if engine_state is not None else {}
-        await conn.execute(update(SessionRow).where(SessionRow.id == session.id).values({
-            **state_values, "last_seq": generation + len(after), "generation_seq": generation,
-            "compactions": number, "message_count": len(after), "token_count": sum(r.tokens for r in after),
-            "last_compaction": info.to_json()}))
-        await conn.execute(insert(CompactionRow).values(
-            session_id=session.id, number=number, at=at, reason=reason, watermark=watermark,
-            messages_before=len(before), messages_after=len(after), tokens_before=sum(r.tokens for r in before),
-            tokens_after=sum(r.tokens for r in after), carried=len(carried)))
-        return number
 
     async def replace_active(self, session_id: str, new_messages: Sequence[Mapping[str, Any]],
                              token_counts: Sequence[int], watermark_seq: int, *, reason: str = "compression",
@@ -131,7 +138,7 @@ class CompactionRepository:
         async with write(self._engine) as conn:
             session = await lock_session(conn, session_id)
             _check_watermark(session, watermark_seq)
-            number = await self._replace(conn, session, new_rows, reason=reason, watermark=watermark_seq,
+            number = await replace_set(conn, session, new_rows, reason=reason, watermark=watermark_seq,
                                          engine_state=engine_state)
             if handled is not None:
                 await conn.run_sync(settle, handled, at)
@@ -155,7 +162,7 @@ class CompactionRepository:
                                      .order_by(MessageRow.seq))
             restored = [stored(r) for r in old] + [stored(r) for r in await _later_turns(conn, session_id,
                                                                                          before_compaction)]
-            return await self._replace(conn, session, restored, reason="restore",
+            return await replace_set(conn, session, restored, reason="restore",
                                        watermark=session.last_seq, engine_state=None)
 
     async def rotate(self, session_id: str, new_messages: Sequence[Mapping[str, Any]],

@@ -194,3 +194,10 @@ class MessageRepository:
             rest = list(await conn.execute(
                 mine.where(MessageRow.seq >= seq).order_by(MessageRow.seq).limit(after + 1)))
         return [message_record(r) for r in (*reversed(earlier), *rest)]
+
+    async def number_of(self, origin: str) -> int | None:
+        """The number the store gave message ``origin`` (`MessageOrigin`): that of the first row holding it (later
+        ones are copies, or corrections of it); None when no row does."""
+        query = select(MessageRow.seq).where(MessageRow.origin == origin).order_by(MessageRow.id).limit(1)
+        async with read(self._engine) as conn:
+            return (await conn.execute(query)).scalar_one_or_none()

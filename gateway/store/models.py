@@ -34,6 +34,8 @@ _OPEN = text("ended_at IS NULL")
 _PENDING = text("status = 'pending'")
 _SETTLED = text("status <> 'pending'")
 _UNHANDLED = text("handled_at IS NULL")
+_HAS_ORIGIN = text("origin IS NOT NULL")
+_HAS_AUTHOR = text("author IS NOT NULL")
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -102,7 +104,14 @@ class SessionRow(Base):
 
 
 class MessageRow(Base):
-    """One chat message. Archived rows (active = False) are kept forever: searchable and restorable."""
+    """One chat message. Archived rows (active = False) are kept forever: searchable and restorable — until the
+    platform message a row holds is deleted, or its author asks to be forgotten: then its text is erased in
+    place, leaving a tombstone (`gateway.erasure`).
+
+    ``origin`` is the key of the platform message the row holds (`gateway.inbox.message_key`; copies made by
+    compactions and rotations keep it) and ``author`` who wrote it (``platform:user id``); both are NULL for
+    what no platform message became (the bot's answers, tool calls, summaries).
+    """
 
     __tablename__ = "messages"
 
@@ -118,12 +127,16 @@ class MessageRow(Base):
     archived_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     archived_by: Mapped[int | None] = mapped_column(Integer)
     compacted: Mapped[bool] = mapped_column(Boolean, default=False)
+    origin: Mapped[str | None] = mapped_column(String(1024))
+    author: Mapped[str | None] = mapped_column(String(160))
 
     __table_args__ = (
         UniqueConstraint("session_id", "seq", name="uq_messages_session_seq"),
         Index("ix_messages_active", "session_id", "seq", sqlite_where=text("active"),
               postgresql_where=text("active")),
         Index("ix_messages_archived_by", "session_id", "archived_by"),
+        Index("ix_messages_origin", "origin", sqlite_where=_HAS_ORIGIN, postgresql_where=_HAS_ORIGIN),
+        Index("ix_messages_author", "author", "session_id", sqlite_where=_HAS_AUTHOR, postgresql_where=_HAS_AUTHOR),
     )
 
 

@@ -76,3 +76,9 @@ class PinRepository:
         async with write(self._engine) as conn:
             result = await conn.execute(delete(PinRow).where(*_chat(platform, chat_key)))
         return int(result.rowcount or 0)
+
+    async def clear_by(self, platform: str, chat_key: str, created_by: str) -> int:
+        """Unpin every pin ``created_by`` (``platform:user id``) made in the chat; return how many."""
+        async with write(self._engine) as conn:
+            result = await conn.execute(delete(PinRow).where(*_chat(platform, chat_key), PinRow.created_by == created_by))
+        return int(result.rowcount or 0)

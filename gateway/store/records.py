@@ -6,6 +6,7 @@ Callers never see SQLAlchemy rows; these frozen values are the store's whole voc
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -19,13 +20,57 @@ __all__ = [
     "Handled",
     "InboxEntry",
     "InboxRecord",
+    "MessageOrigin",
     "MessageRecord",
     "PinRecord",
     "SearchHit",
     "SessionRecord",
+    "origin_columns",
 ]
 
 Message = dict[str, Any]
+# Where a stored message names the platform message it holds (`MessageOrigin`).
+ORIGIN_KEY = "origin"
+
+
+@dataclass(frozen=True, slots=True)
+class MessageOrigin:
+    """The platform message a stored message holds: its key (`gateway.inbox.message_key`), who wrote it
+    (``author``: ``platform:user id``, and their ``name``), when (``at``, ISO 8601), and where the sender's own
+    text sits in the stored message's text (``span``; a request also holds a speaker tag, a group's earlier
+    lines, a note). Carried in the message itself under ``"origin"`` — providers are sent only the keys they
+    know, so the model never sees it — which every copy a compaction or rotation makes keeps; the store also
+    writes the key and the author into the row's own columns, to find them."""
+
+    message: str
+    author: str
+    name: str
+    at: str
+    span: tuple[int, int] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The form kept in a message."""
+        return {"message": self.message, "author": self.author, "name": self.name, "at": self.at,
+                "span": list(self.span) if self.span is not None else None}
+
+    @classmethod
+    def of(cls, message: Any) -> MessageOrigin | None:
+        """The origin a message carries, None when it has none (or an unreadable one)."""
+        raw = message.get(ORIGIN_KEY) if isinstance(message, Mapping) else None
+        if not isinstance(raw, dict) or not isinstance(raw.get("message"), str):
+            return None
+        span = raw.get("span")
+        readable = isinstance(span, list) and len(span) == 2 and all(isinstance(n, int) for n in span)
+        return cls(raw["message"], str(raw.get("author") or ""), str(raw.get("name") or ""),
+                   str(raw.get("at") or ""), (span[0], span[1]) if readable else None)
+
+
+def origin_columns(message: Any) -> dict[str, str | None]:
+    """The row columns ``origin`` and ``author`` of a message (None for a message no platform message became)."""
+    origin = MessageOrigin.of(message)
+    if origin is None:
+        return {"origin": None, "author": None}
+    return {"origin": origin.message[:1024], "author": origin.author[:160] or None}
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ from gateway.store.chat_settings import ChatSettingsRepository
 from gateway.store.compaction import CompactionRepository
 from gateway.store.database import create_engine, dispose_engine, read, run_read
 from gateway.store.deliveries import DeliveryRepository
+from gateway.store.erasure import ErasureRepository
 from gateway.store.inbox import InboxRepository, handling
 from gateway.store.messages import MessageRepository
 from gateway.store.migrate import upgrade_database
@@ -23,7 +24,7 @@ __all__ = ["Store"]
 class Store:
     """The session store. ``store.sessions``, ``store.messages``, ``store.compactions``, ``store.search``,
     ``store.chat_settings``, ``store.pins``, ``store.deliveries`` (the delivery ledger), ``store.inbox``
-    (inbound messages kept until handled).
+    (inbound messages kept until handled), ``store.erasure`` (deleted messages and ``/forget``).
 
     Open with ``await Store.open(url)`` (migrates the database first unless ``migrate=False``) and close
     with ``await store.aclose()`` (idempotent), or use ``async with await Store.open(url) as store``.
@@ -38,6 +39,7 @@ class Store:
         self.inbox = InboxRepository(engine)
         self.chat_settings = ChatSettingsRepository(engine)
         self.pins = PinRepository(engine)
+        self.erasure = ErasureRepository(engine)
         self._search = MessageSearch(engine)
         self.search = self._search.search
         self._closed = False

@@ -285,8 +285,7 @@ async def test_malformed_events_are_skipped(
     await start_discord(inbox)
     await fake_discord.dispatch("MESSAGE_CREATE", {"id": "1", "content": "no channel, no author"})
     await fake_discord.dispatch("SOMETHING_NEW", {"x": 1})
-    edited = fake_discord.make_message("edited text")
-    await fake_discord.dispatch("MESSAGE_UPDATE", {**edited, "edited_timestamp": "2025-01-01T00:01:00+00:00"})
+    await fake_discord.dispatch("MESSAGE_UPDATE", {"id": "2", "edited_timestamp": "2025-01-01T00:01:00+00:00"})
     await fake_discord.inject_message("z" * 20_000)
     await fake_discord.inject_message("kept")
     [inbound] = await inbox.wait_for(1)
@@ -294,6 +293,7 @@ async def test_malformed_events_are_skipped(
     await fake_discord.inject_message("still alive")
     assert [m.text for m in await inbox.wait_for(2)] == ["kept", "still alive"]
     assert "skipping malformed MESSAGE_CREATE" in caplog.text
+    assert "skipping malformed MESSAGE_UPDATE" in caplog.text
     assert "skipping message" in caplog.text
 
 

@@ -198,7 +198,7 @@ async def test_malformed_updates_are_skipped(
     good = fake_telegram.make_message("kept")
     fake_telegram.inject_update({"message": {"message_id": 5, "text": "no chat, no date"}})
     fake_telegram.inject_update({"some_future_update": {"x": 1}})
-    fake_telegram.inject_update({"edited_message": {**good, "text": "edited", "edit_date": 1}})
+    fake_telegram.inject_update({"edited_message": {"message_id": 6, "text": "no chat, no date", "edit_date": 1}})
     fake_telegram.inject_message("z" * 20_000)
     fake_telegram.inject_update({"message": {**good, "text": None, "sticker": {"file_id": "s"}}})
     fake_telegram.inject_update({"message": good})

@@ -183,6 +183,19 @@ class FakeTelegram:
         self.inject_update({"message": message})
         return message
 
+    def inject_edit(self, message: dict[str, Any], text: str) -> dict[str, Any]:
+        """Queue an ``edited_message`` update: ``message`` (one :meth:`inject_message` returned) now reading
+        ``text``, with ``edit_date`` set and its entities found again, as Telegram sends an edit; returns it."""
+        edited = {k: v for k, v in message.items() if k not in ("text", "entities", "caption", "caption_entities")}
+        field = "caption" if "photo" in message else "text"
+        edited[field] = text
+        entities = _entities(text, self.bot_username)
+        if entities:
+            edited[f"{field}_entities" if field == "caption" else "entities"] = entities
+        edited["edit_date"] = int(time.time())
+        self.inject_update({"edited_message": edited})
+        return edited
+
     def fail_next(self, method: str, times: int = 1, retry_after: int = 1, parse_error: bool = False) -> None:
         """Make the next ``times`` calls of ``method`` answer 429 Too Many Requests; with ``parse_error``,
         the next ``times`` calls that carry a ``parse_mode`` answer 400 "can't parse entities" instead."""

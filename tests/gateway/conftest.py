@@ -14,6 +14,7 @@ import pytest
 
 from adapters.base import Adapter, ChatRef, Inbound, InboundHandler
 from agent.compression.summary import SUMMARIZER_SYSTEM
+from bench.scratch_db import scratch_postgres
 from gateway.app import Gateway, build_runtime
 from gateway.config import Settings, load_settings
 from tests.fakes.llm_fixture import fake_llm  # noqa: F401
@@ -80,6 +81,16 @@ class ScriptedAdapter(Adapter):
 
     def texts(self, chat_id: str | None = None) -> list[str]:
         return [t for chat, t, _ in self.sent if chat_id is None or chat.chat_id == chat_id]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def backend_storage(request: pytest.FixtureRequest) -> AsyncIterator[dict[str, Any]]:
+    """The ``storage`` settings of one backend (a private PostgreSQL database, dropped afterwards)."""
+    if request.param == "sqlite":
+        yield {}
+        return
+    async with scratch_postgres(request.getfixturevalue("postgres_url"), "concord_erase") as url:
+        yield {"database_url": url}
 
 
 def make_settings(server: FakeLLMServer, tmp_path: Path, **sections: dict[str, Any]) -> Settings:

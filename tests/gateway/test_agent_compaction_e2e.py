@@ -22,7 +22,7 @@ async def test_agent_preflight_compaction_is_persisted_in_place(gateway_factory:
     assert [h.reason for h in history] == ["agent: preflight"]
     active = (await gateway.rt.store.messages.load_active(session_id)).messages
     assert any(SUMMARY_MARKER in str(m.get("content")) for m in active)
-    assert active[-2] == {"role": "user", "content": "what next?"}
+    assert (active[-2]["role"], active[-2]["content"]) == ("user", "what next?")
     assert active[-1]["content"] == "after compaction"
     record = await gateway.rt.store.sessions.get(session_id)
     assert record.engine.compression_count == 1 and record.engine.last_compaction.reason == "agent: preflight"

@@ -50,6 +50,6 @@ async def test_ctrl_c_cancels_the_turn_at_once_and_keeps_the_question(fake_llm: 
             record = await gateway.rt.store.sessions.get_active("console", "dm:console")
             assert record is not None
             kept = (await gateway.rt.store.messages.load_active(record.id)).messages
-            assert kept[0] == {"role": "user", "content": "what is the plan?"}  # nothing lost
+            assert (kept[0]["role"], kept[0]["content"]) == ("user", "what is the plan?")  # nothing lost
         finally:
             await gateway.aclose(grace_seconds=5)

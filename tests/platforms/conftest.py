@@ -23,7 +23,7 @@ from tests.fakes.llm_fixture import fake_llm  # noqa: F401
 from tests.fakes.llm_server import FakeLLMServer
 from tests.fakes.telegram_fixture import fake_telegram  # noqa: F401
 from tests.fakes.telegram_server import FakeTelegram
-from tests.gateway.conftest import make_settings
+from tests.gateway.conftest import backend_storage, make_settings  # noqa: F401 (a fixture)
 
 DISCORD_ADMIN = 77
 TELEGRAM_ADMIN = 88
