@@ -35,7 +35,6 @@ from agent.compression.ledger import parse_coverage
 from agent.compression.messages import content_text
 from agent.compression.rebuild import rebuilt_summary, withdrawn_summary
 from agent.compression.summary import summary_body
-from agent.llm.models import context_length_for
 from agent.memory import MemoryEntry
 from gateway.inbox import decode
 from gateway.keys import SessionKey
@@ -238,10 +237,10 @@ async def _rebuilt(sessions: SessionManager, plan: _Plan, lineage: Sequence[str]
     rt = sessions.rt
     rows = await rt.store.erasure.between(lineage, coverage[0], coverage[1], REBUILD_ROWS)
     kept = [(row.seq, message) for row in rows if not is_tombstone(message := plan.message(row))]
-    window = context_length_for(rt.settings.llm.model, rt.settings.llm.context_length)
+    engine = rt.new_engine()  # the budgets a compaction of this conversation has now: its served window's
     return rebuilt_summary([m for _, m in kept], [n for n, _ in kept], coverage=coverage,
-                           note=_REBUILT.format(when=stamp(now)), context_length=window, counter=rt.counter,
-                           today=now.date())
+                           note=_REBUILT.format(when=stamp(now)), context_length=engine.context_length,
+                           threshold_tokens=engine.threshold_tokens, counter=rt.counter, today=now.date())
 
 
 def _previous_summaries(chat: Sequence[ChatSession], plan: _Plan, cuts: Sequence[str],

@@ -22,11 +22,11 @@ __all__ = ["rebuilt_summary", "withdrawn_summary"]
 
 
 def rebuilt_summary(middle: Sequence[Message], numbers: Sequence[int], *, coverage: tuple[int, int], note: str,
-                    context_length: int, counter: TokenCounter, today: datetime.date) -> str:
+                    context_length: int, threshold_tokens: int, counter: TokenCounter, today: datetime.date) -> str:
     """The handoff text of a static summary of ``middle`` (``numbers[i]`` numbering ``middle[i]``) with its
-    evidence ledger, bounded as a compaction's for a ``context_length`` window, saying it covers ``coverage``
-    and, first thing after that, ``note``."""
-    budget = summary_budget(counter.count_messages(middle), context_length)
+    evidence ledger, bounded as a compaction's for a ``context_length`` window compressed at
+    ``threshold_tokens``, saying it covers ``coverage`` and, first thing after that, ``note``."""
+    budget = summary_budget(counter.count_messages(middle), context_length, threshold_tokens)
     ledger = build_ledger(middle, numbers, previous_summary=None, cap_tokens=ledger_cap(budget),
                           cost=counter.count_text)
     body = f"{note}\n\n{build_static_summary(middle, today=today)}"

@@ -20,13 +20,15 @@ PIECE = "lighthouse-7781"
 
 def echoing_model(server: FakeLLMServer) -> None:
     """A model that repeats what it is told: answers quote the user, the memory tool saves what the user asks to
-    remember, and summaries repeat their whole prompt (the worst case for a deleted text)."""
+    remember, and summaries quote every line of their prompt that holds the planted text (the worst case for a
+    deleted text; only those, so that the summary stays within the length it is asked for and is kept whole)."""
 
     def respond(body: dict[str, Any]) -> Reply:
         messages = body["messages"]
         last = messages[-1]
         if is_summary_request(body):
-            return Reply(f"## Goal\n{last['content']}")
+            quoted = [line for line in str(last["content"]).splitlines() if PLANT in line]
+            return Reply("## Goal\n" + "\n".join(quoted or ["The users chatted."]))
         if last["role"] == "tool":
             return Reply(f"Saved. I will remember {PLANT}.")
         text = str(last["content"])
