@@ -24,7 +24,8 @@ from rich.progress import Progress as RichProgress
 
 from adapters.base import Adapter
 from adapters.console import ConsoleAdapter, input_is_empty
-from agent.compression.engine import ContextEngine, resolve_engine_factory
+from agent.compression.engine import ContextEngine
+from agent.compression.registry import resolve_engine_factory
 from agent.llm.base import Provider
 from agent.llm.failover import FailoverProvider, ModelRoute
 from agent.llm.models import (

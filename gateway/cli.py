@@ -13,8 +13,8 @@ from typing import NoReturn
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from agent.compression.engine import EngineNotFound
 from agent.compression.feasibility import SummaryModelTooSmall
+from agent.compression.registry import EngineNotFound
 from agent.llm.base import Provider
 from agent.transcript import MalformedTranscript, read_transcript_file
 from gateway.cli_store import add_store_commands

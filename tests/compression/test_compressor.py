@@ -8,7 +8,7 @@ import re
 import pytest
 
 from agent.compression.assemble import COMPACTION_NOTE
-from agent.compression.engine import create_context_engine
+from agent.compression.registry import create_context_engine
 from agent.compression.summary import SUMMARY_END_MARKER, SUMMARY_PREFIX, format_summary
 from agent.llm.base import Usage
 from tests.compression.helpers import (

@@ -9,15 +9,10 @@ from typing import Any
 
 import pytest
 
-from agent.compression import engine as engine_module
+from agent.compression import registry as engine_module
 from agent.compression.compressor import ContextCompressor
-from agent.compression.engine import (
-    CompressionResult,
-    ContextEngine,
-    EngineNotFound,
-    create_context_engine,
-    register_context_engine,
-)
+from agent.compression.engine import CompressionResult, ContextEngine
+from agent.compression.registry import EngineNotFound, create_context_engine, register_context_engine
 
 PLUGIN = '''
 from agent.compression.engine import CompressionResult, ContextEngine
