@@ -20,7 +20,7 @@ from agent.transcript import MalformedTranscript, read_transcript_file
 from gateway.cli_store import add_store_commands
 from gateway.config import ConfigError, Settings, load_settings, masked_dump
 from gateway.data_dir import ensure_data_dir
-from gateway.entry import EXIT_INTERRUPTED, StopRequested
+from gateway.interrupts import EXIT_INTERRUPTED, StopRequested
 from gateway.logsetup import configure_logging
 from gateway.store import CompactionNotFound, SessionNotFound, StorageUnavailable
 from gateway.store.migrate import first_line

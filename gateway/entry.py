@@ -18,15 +18,9 @@ import sys
 from collections.abc import Sequence
 from types import FrameType
 
-__all__ = ["EXIT_INTERRUPTED", "StopRequested", "main"]
+from gateway.interrupts import EXIT_INTERRUPTED, StopRequested
 
-# What a shell reports for a command stopped by Ctrl-C.
-EXIT_INTERRUPTED = 130
-
-
-class StopRequested(BaseException):
-    """SIGINT or SIGTERM reached ``concord run`` before the gateway's own signal handlers were in place."""
-
+__all__ = ["main"]
 
 def _stop_requested(signum: int, frame: FrameType | None) -> None:
     raise StopRequested(signal.Signals(signum).name)
