@@ -44,7 +44,8 @@ from pathlib import Path
 
 from redis import Redis as SyncRedis
 
-from bench.crash_campaign import BACKENDS, FAULTS, Outcome, run_fault, table
+from bench.crash_campaign import BACKENDS, FAULTS, run_fault
+from bench.crash_rig import Outcome, table
 from bench.redis_campaign import Campaign, run_campaign
 from bench.scratch_db import scratch_postgres
 from gateway.locks import RedisLocks

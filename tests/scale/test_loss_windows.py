@@ -17,7 +17,8 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from bench.cluster import Sent, check_exactly_once
-from bench.crash_campaign import FILLER, restart_unarmed, stored_counts
+from bench.crash_campaign import FILLER
+from bench.crash_rig import restart_unarmed, stored_counts
 from gateway.commands import INTERRUPTED_COMMAND
 from gateway.faults import ENV as KILL_AT
 from gateway.store import Store, upgrade_database
