@@ -22,10 +22,9 @@ each carrying a marker so the benchmark can tell which summaries were used. That
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +33,7 @@ from aiohttp import web
 
 from agent.tokens import prime_tiktoken_cache
 
-__all__ = ["Call", "ScriptedModel", "WindowServer"]
+__all__ = ["Call", "ScriptedModel", "WindowServer", "summary_marker"]
 
 SUMMARY_SYSTEM_HINT = "You write handoff summaries of conversations"
 _TARGET = re.compile(r"Target length: about ([\d,]+) tokens")
@@ -69,9 +68,9 @@ class ScriptedModel:
         length = LONG_ANSWER if digest % 25 == 0 else 20 + digest % 81
         words = ["Noted:", *line.split()[:12]]
         filler = "and that is worth keeping in mind for what comes next in this conversation".split()
-        while self.tokens(" ".join(words)) < length:
-            words.append(filler[len(words) % len(filler)])
-        return self._cut(words, max_tokens)
+        start = len(words)
+        return self._cut(self._grow(words, lambda k: [filler[(start + i) % len(filler)] for i in range(k)], length),
+                         max_tokens)
 
     def summary(self, prompt: str, max_tokens: int | None) -> tuple[str, str, str]:
         """A summary for the summary ``prompt`` (of the length it asks for), its finish reason and its marker."""
@@ -84,13 +83,32 @@ class ScriptedModel:
         # A model writes about what it is asked for, however little there is to say: the turns it read, then
         # the same again in other words, until the target.
         turns = [" ".join(block.split()[:14]) for block in prompt.split(_TURNS, 1)[-1].split("\n\n") if block.strip()]
-        lines = itertools.cycle(turns or ["the conversation went on"])
+        turns = turns or ["the conversation went on"]
         words: list[str] = [f"[{marker}]"]
-        for section in _SECTIONS:
-            words += ["\n##", *section.split(), "\n-", *next(lines).split()]
-        while self.tokens(" ".join(words)) < target:
-            words += ["\n-", *next(lines).split()]
-        return (*self._cut(words, max_tokens), marker)
+        for n, section in enumerate(_SECTIONS):
+            words += ["\n##", *section.split(), "\n-", *turns[n % len(turns)].split()]
+
+        def more(k: int) -> list[str]:
+            return [w for j in range(k) for w in ["\n-", *turns[(len(_SECTIONS) + j) % len(turns)].split()]]
+
+        return (*self._cut(self._grow(words, more, target), max_tokens), marker)
+
+    def _grow(self, words: list[str], more: Callable[[int], list[str]], target: int) -> list[str]:
+        """``words + more(k)`` for the smallest k whose text has ``target`` tokens — what adding one piece at a
+        time would stop at (the count only grows with k), found with a few counts instead of one per piece:
+        a long answer counted piece by piece took half a second, which a server answering at once must not."""
+        if self.tokens(" ".join(words)) >= target:
+            return words
+        low, high = 0, 1
+        while self.tokens(" ".join(words + more(high))) < target:
+            low, high = high, high * 2
+        while high - low > 1:
+            middle = (low + high) // 2
+            if self.tokens(" ".join(words + more(middle))) < target:
+                low = middle
+            else:
+                high = middle
+        return words + more(high)
 
 
 @dataclass
@@ -215,7 +233,7 @@ class WindowServer:
             call.summary_seen = " ".join(re.findall(rf"\[({MARKER}\d+)\]", _text(messages[-1].get("content"))))
             text, finish, call.marker = self.script.summary(_text(messages[-1].get("content")), max_tokens)
         else:
-            call.summary_seen = _summary_marker(messages)
+            call.summary_seen = summary_marker(messages)
             call.live_text = next((_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
             text, finish = self.script.answer(call.live_text, max_tokens)
         call.finish_reason = finish
@@ -256,7 +274,7 @@ def _text(content: Any) -> str:
     return ""
 
 
-def _summary_marker(messages: list[dict[str, Any]]) -> str:
+def summary_marker(messages: list[dict[str, Any]]) -> str:
     """Which summary a chat request carries: its marker, "static" for one without, "" for none."""
     for message in messages:
         text = _text(message.get("content"))

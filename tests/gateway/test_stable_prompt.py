@@ -91,3 +91,37 @@ async def test_another_workers_compaction_keeps_this_workers_prompt(
     assert summary_index(after) is not None  # worker a took the compacted set ...
     assert after[0] == prompt  # ... under the prompt it had: one compaction is no reason to read memory again
     assert first.sessions.cached(key) is not None and second.sessions.cached(key) is not None
+
+
+def marked(blocks: Any) -> list[bool]:
+    """Which of a request's blocks (system, or one message's content) carry a cache breakpoint."""
+    return ["cache_control" in b for b in blocks] if isinstance(blocks, list) else [False]
+
+
+async def test_cache_breakpoints_end_the_stable_prefix_and_move_with_the_tail(
+        gateway_factory: GatewayFactory, fake_llm: FakeLLMServer) -> None:
+    claude = {"provider": "anthropic", "base_url": fake_llm.base_url, "api_key": "sk-ant-test-key-1",
+                    "model": "claude-sonnet-4-5", "context_length": 8_000}
+    _gateway, adapter = await gateway_factory(llm=claude)
+
+    def respond(body: dict[str, Any]) -> str:
+        return "## Goal\nthe user chatted." if SUMMARIZER_SYSTEM in json.dumps(body.get("system")) else "noted"
+
+    fake_llm.responder = respond
+    for n in range(40):
+        await adapter.say(line(n))
+    requests = [r.json for r in fake_llm.requests if SUMMARIZER_SYSTEM not in json.dumps(r.json.get("system"))]
+    firsts = []  # the first request after each compaction
+    for previous, request in zip(requests, requests[1:], strict=False):
+        messages = request["messages"]
+        points = [m for m in messages for _ in range(sum(marked(m["content"])))]
+        assert sum(marked(request["system"])) == 1 and marked(request["system"])[-1]  # the stable prefix's end
+        assert 1 + len(points) <= 4 and marked(messages[-1]["content"])[-1]  # ... and the tail's
+        assert not any("cache_control" in t for t in request["tools"])  # tools come first: the system mark covers them
+        summary = [m for m in messages if SUMMARY_PREFIX in json.dumps(m["content"], ensure_ascii=False)]
+        if summary and summary != [m for m in previous["messages"]
+                                   if SUMMARY_PREFIX in json.dumps(m["content"], ensure_ascii=False)]:
+            firsts.append(request)
+            # The stable prefix is the one the request before the compaction sent, byte for byte.
+            assert (request["tools"], request["system"]) == (previous["tools"], previous["system"])
+    assert len(firsts) >= 2
