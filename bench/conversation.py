@@ -26,12 +26,14 @@ Printed per window: turns that waited, first-token p50 / p99 (× without compact
 compactions (a new summary in the requests), the share of prompt tokens read from the cache overall (and the
 share a marker-free cache could reuse: the longest prefix an earlier request sent), on the first request after
 each compaction the read share and how many read the whole stable prefix (tool definitions and system prompt),
-how many different system prompts the chat requests carried, and $ per 1,000 turns.
+how many different system prompts the chat requests carried, the most breakpoints a request had, and $ per
+1,000 turns (of which summary calls), then where those dollars go (cache reads, cache writes, uncached input,
+output).
 
 ``--baseline GITREF`` runs the same against that revision, checked out in a temporary git worktree (its
-gateway, the same benchmark), and prints both side by side. The default run takes about 10 minutes on two
-cores, most of it the summary calls' 5 s; ``--quick`` makes them 0.5 s (the first-token figures then show
-0.5 s waits instead of 5 s ones; the rest is unchanged).
+gateway, the same benchmark), and prints both side by side. The default run takes about 5 minutes on two
+cores (10 with ``--baseline``), most of it the summary calls' 5 s; ``--quick`` makes them 0.5 s (the
+first-token figures then show 0.5 s waits instead of 5 s ones; the rest is unchanged).
 """
 
 from __future__ import annotations
@@ -84,6 +86,8 @@ class Figures:
     max_breakpoints: int
     dollars_per_1000: float
     summary_dollars_per_1000: float
+    # Where the dollars go, per 1,000 turns: cache reads, cache writes, uncached input, output.
+    split_per_1000: tuple[float, float, float, float]
     seconds: float
 
     @property
@@ -123,12 +127,20 @@ def figures(received: Sequence[Received], lines: Sequence[dict[str, float | bool
         max_breakpoints=max((b.breakpoints for b in billed), default=0),
         dollars_per_1000=_per_1000(billed, len(lines)),
         summary_dollars_per_1000=_per_1000([r.bill for r in summaries if r.bill is not None], len(lines)),
-        seconds=seconds)
+        split_per_1000=_split(billed, len(lines)), seconds=seconds)
 
 
 def _per_1000(bills: Sequence[Billed], turns: int) -> float:
     """Dollars per 1,000 turns."""
     return sum(b.dollars(PRICES) for b in bills) / max(turns, 1) * 1000
+
+
+def _split(bills: Sequence[Billed], turns: int) -> tuple[float, float, float, float]:
+    """Dollars per 1,000 turns for cache reads, cache writes, uncached input and output."""
+    scale = 1000 / max(turns, 1) / 1e6
+    return (sum(b.read for b in bills) * PRICES.cache_read * scale, sum(b.written for b in bills) * PRICES.cache_write
+            * scale, sum(b.uncached for b in bills) * PRICES.input * scale, sum(b.output for b in bills)
+            * PRICES.output * scale)
 
 
 async def replay(root: Path, lines: Sequence[str], window: int, *, compaction: bool, summary_seconds: float,
@@ -217,6 +229,11 @@ async def _run(revisions: Sequence[tuple[str, Path]], lines: Sequence[str], wind
 
 
 def _summary(results: dict[str, list[Figures]]) -> None:
+    for label, runs in results.items():
+        for f in runs[1:]:
+            read, write, uncached, output = f.split_per_1000
+            print(f"  {label} at {f.window:,}: $ / 1,000 turns = cache reads ${read:.2f} + cache writes ${write:.2f} "
+                  f"+ uncached input ${uncached:.2f} + output ${output:.2f}")
     if len(results) < 2:
         return
     (new_label, new), (old_label, old) = list(results.items())[:2]
