@@ -4,6 +4,7 @@ summary, then the verbatim tail — through the real gateway, every request read
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -112,7 +113,7 @@ async def test_cache_breakpoints_end_the_stable_prefix_and_move_with_the_tail(
         await adapter.say(line(n))
     requests = [r.json for r in fake_llm.requests if SUMMARIZER_SYSTEM not in json.dumps(r.json.get("system"))]
     firsts = []  # the first request after each compaction
-    for previous, request in zip(requests, requests[1:], strict=False):
+    for previous, request in itertools.pairwise(requests):
         messages = request["messages"]
         points = [m for m in messages for _ in range(sum(marked(m["content"])))]
         assert sum(marked(request["system"])) == 1 and marked(request["system"])[-1]  # the stable prefix's end
