@@ -4,8 +4,10 @@ Compression is lossy by design; facts a user wants kept (preferences, hard const
 in memory. A `MemoryProvider` is told before every compression (``on_pre_compress``) so it can rescue what
 is about to be summarized away, and when a compaction moves the conversation to another session id
 (``on_session_switch``). Its content enters the system prompt as a snapshot frozen at session start: writes
-during the session land on disk but do not change the prompt, which keeps the prompt cache valid. (The gateway
-takes the snapshot again when another process replaced the session's active set, an erasure among them.)
+during the session — a rescue before a compaction included — land on disk but do not change the prompt, which
+keeps the prompt cache valid across compactions. (The gateway takes the snapshot again when the session is
+built anew, and when another process replaced its active set otherwise than by a compaction: an erasure may
+have removed an entry.)
 
 `FileMemoryProvider` keeps three files under a root directory, each with its own trust boundary:
 

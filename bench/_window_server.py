@@ -15,16 +15,16 @@ The server counts every prompt itself, with tiktoken (o200k_base) and its own fr
 server's finding. The model behind it is scripted: a chat answer of 20–100 tokens (fixed per line; one line in
 25 gets 1,500 tokens), cut at ``max_tokens`` with ``finish_reason: length``, and a summary of the length its prompt asks for (a third of them
 a third longer; padded with what it read when there is less to say, as models do), cut at ``max_tokens``,
-each carrying a marker so the benchmark can tell which summaries were used.
+each carrying a marker so the benchmark can tell which summaries were used. That model is `ScriptedModel`, which
+`bench.conversation`'s server answers with too.
 """
 
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +33,7 @@ from aiohttp import web
 
 from agent.tokens import prime_tiktoken_cache
 
-__all__ = ["Call", "WindowServer"]
+__all__ = ["Call", "ScriptedModel", "WindowServer", "summary_marker"]
 
 SUMMARY_SYSTEM_HINT = "You write handoff summaries of conversations"
 _TARGET = re.compile(r"Target length: about ([\d,]+) tokens")
@@ -41,6 +41,74 @@ _TURNS = "CONVERSATION TURNS TO SUMMARIZE:"
 _SECTIONS = ("Goal", "Constraints & Preferences", "Completed Actions", "Key Decisions", "Critical Context")
 MARKER = "bench-summary-"
 LONG_ANSWER = 1_500
+
+
+class ScriptedModel:
+    """What the loopback servers answer: see the module docstring. Counts with its own tiktoken (o200k_base)."""
+
+    def __init__(self) -> None:
+        prime_tiktoken_cache()
+        self.enc = tiktoken.get_encoding("o200k_base")
+        self.summaries = 0
+
+    def tokens(self, text: str) -> int:
+        """This model's count of ``text``."""
+        return len(self.enc.encode_ordinary(text)) if text else 0
+
+    def _cut(self, words: list[str], max_tokens: int | None) -> tuple[str, str]:
+        text = " ".join(words)
+        if max_tokens is None or self.tokens(text) <= max_tokens:
+            return text, "stop"
+        return self.enc.decode(self.enc.encode_ordinary(text)[:max_tokens]), "length"
+
+    def answer(self, line: str, max_tokens: int | None) -> tuple[str, str]:
+        """The answer to the user's ``line`` and its finish reason (``length`` when cut at ``max_tokens``)."""
+        digest = int(hashlib.sha256(line.encode()).hexdigest()[:8], 16)
+        # One line in 25 gets a long answer, longer than a 4K model's reserve: it is cut at max_tokens.
+        length = LONG_ANSWER if digest % 25 == 0 else 20 + digest % 81
+        words = ["Noted:", *line.split()[:12]]
+        filler = "and that is worth keeping in mind for what comes next in this conversation".split()
+        start = len(words)
+        return self._cut(self._grow(words, lambda k: [filler[(start + i) % len(filler)] for i in range(k)], length),
+                         max_tokens)
+
+    def summary(self, prompt: str, max_tokens: int | None) -> tuple[str, str, str]:
+        """A summary for the summary ``prompt`` (of the length it asks for), its finish reason and its marker."""
+        found = _TARGET.search(prompt)
+        target = int(found.group(1).replace(",", "")) if found else 500
+        self.summaries += 1
+        if self.summaries % 3 == 0:
+            target = target * 4 // 3  # a model that does not keep to its target exactly
+        marker = f"{MARKER}{self.summaries}"
+        # A model writes about what it is asked for, however little there is to say: the turns it read, then
+        # the same again in other words, until the target.
+        turns = [" ".join(block.split()[:14]) for block in prompt.split(_TURNS, 1)[-1].split("\n\n") if block.strip()]
+        turns = turns or ["the conversation went on"]
+        words: list[str] = [f"[{marker}]"]
+        for n, section in enumerate(_SECTIONS):
+            words += ["\n##", *section.split(), "\n-", *turns[n % len(turns)].split()]
+
+        def more(k: int) -> list[str]:
+            return [w for j in range(k) for w in ["\n-", *turns[(len(_SECTIONS) + j) % len(turns)].split()]]
+
+        return (*self._cut(self._grow(words, more, target), max_tokens), marker)
+
+    def _grow(self, words: list[str], more: Callable[[int], list[str]], target: int) -> list[str]:
+        """``words + more(k)`` for the smallest k whose text has ``target`` tokens — what adding one piece at a
+        time would stop at (the count only grows with k), found with a few counts instead of one per piece:
+        a long answer counted piece by piece took half a second, which a server answering at once must not."""
+        if self.tokens(" ".join(words)) >= target:
+            return words
+        low, high = 0, 1
+        while self.tokens(" ".join(words + more(high))) < target:
+            low, high = high, high * 2
+        while high - low > 1:
+            middle = (low + high) // 2
+            if self.tokens(" ".join(words + more(middle))) < target:
+                low = middle
+            else:
+                high = middle
+        return words + more(high)
 
 
 @dataclass
@@ -73,11 +141,9 @@ class WindowServer:
     port: int = 0
     _runner: web.AppRunner | None = None
     _loaded: bool = False
-    _summaries: int = 0
 
     def __post_init__(self) -> None:
-        prime_tiktoken_cache()
-        self._enc = tiktoken.get_encoding("o200k_base")
+        self.script = ScriptedModel()
 
     # ----- lifecycle -------------------------------------------------------------------------------------
     async def start(self) -> WindowServer:
@@ -105,21 +171,19 @@ class WindowServer:
         return f"http://127.0.0.1:{self.port}/v1"
 
     # ----- counting ----------------------------------------------------------------------------------------
-    def _tokens(self, text: str) -> int:
-        return len(self._enc.encode_ordinary(text)) if text else 0
-
     def _message_tokens(self, message: Mapping[str, Any]) -> int:
-        tokens = 3 + self._tokens(str(message.get("role") or "")) + self._tokens(_text(message.get("content")))
+        count = self.script.tokens
+        tokens = 3 + count(str(message.get("role") or "")) + count(_text(message.get("content")))
         if message.get("name"):
-            tokens += 1 + self._tokens(str(message["name"]))
+            tokens += 1 + count(str(message["name"]))
         for call in message.get("tool_calls") or ():
             fn = call.get("function") or {}
-            tokens += 3 + self._tokens(str(fn.get("name") or "")) + self._tokens(str(fn.get("arguments") or ""))
+            tokens += 3 + count(str(fn.get("name") or "")) + count(str(fn.get("arguments") or ""))
         return tokens
 
     def count(self, messages: Sequence[Mapping[str, Any]], tools: Any) -> int:
         """The server's count of a request's prompt."""
-        return 3 + sum(self._message_tokens(m) for m in messages) + (self._tokens(json.dumps(tools)) if tools else 0)
+        return 3 + sum(self._message_tokens(m) for m in messages) + (self.script.tokens(json.dumps(tools)) if tools else 0)
 
     # ----- the window endpoints ---------------------------------------------------------------------------
     async def _models(self, request: web.Request) -> web.StreamResponse:
@@ -167,14 +231,14 @@ class WindowServer:
         if summary:
             # A summary updating an earlier one (the next part, the next compaction) carries its marker.
             call.summary_seen = " ".join(re.findall(rf"\[({MARKER}\d+)\]", _text(messages[-1].get("content"))))
-            text, finish = self._summary(messages, max_tokens, call)
+            text, finish, call.marker = self.script.summary(_text(messages[-1].get("content")), max_tokens)
         else:
-            call.summary_seen = _summary_marker(messages)
+            call.summary_seen = summary_marker(messages)
             call.live_text = next((_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
-            text, finish = self._answer(call.live_text, max_tokens)
+            text, finish = self.script.answer(call.live_text, max_tokens)
         call.finish_reason = finish
-        usage = {"prompt_tokens": call.kept_tokens, "completion_tokens": self._tokens(text),
-                 "total_tokens": call.kept_tokens + self._tokens(text)}
+        usage = {"prompt_tokens": call.kept_tokens, "completion_tokens": self.script.tokens(text),
+                 "total_tokens": call.kept_tokens + self.script.tokens(text)}
         choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
         if not body.get("stream"):
             return web.json_response({"id": f"c{len(self.calls)}", "object": "chat.completion", "model": self.model,
@@ -189,41 +253,6 @@ class WindowServer:
         while len(kept) > first + 1 and total > room:
             total -= self._message_tokens(kept.pop(first))
         return kept, total
-
-    def _cut(self, words: list[str], max_tokens: int | None) -> tuple[str, str]:
-        text = " ".join(words)
-        if max_tokens is None or self._tokens(text) <= max_tokens:
-            return text, "stop"
-        return self._enc.decode(self._enc.encode_ordinary(text)[:max_tokens]), "length"
-
-    def _answer(self, line: str, max_tokens: int | None) -> tuple[str, str]:
-        digest = int(hashlib.sha256(line.encode()).hexdigest()[:8], 16)
-        # One line in 25 gets a long answer, longer than a 4K model's reserve: it is cut at max_tokens.
-        length = LONG_ANSWER if digest % 25 == 0 else 20 + digest % 81
-        words = ["Noted:", *line.split()[:12]]
-        filler = "and that is worth keeping in mind for what comes next in this conversation".split()
-        while self._tokens(" ".join(words)) < length:
-            words.append(filler[len(words) % len(filler)])
-        return self._cut(words, max_tokens)
-
-    def _summary(self, messages: list[dict[str, Any]], max_tokens: int | None, call: Call) -> tuple[str, str]:
-        prompt = _text(messages[-1].get("content"))
-        found = _TARGET.search(prompt)
-        target = int(found.group(1).replace(",", "")) if found else 500
-        self._summaries += 1
-        if self._summaries % 3 == 0:
-            target = target * 4 // 3  # a model that does not keep to its target exactly
-        call.marker = f"{MARKER}{self._summaries}"
-        # A model writes about what it is asked for, however little there is to say: the turns it read, then
-        # the same again in other words, until the target.
-        turns = [" ".join(block.split()[:14]) for block in prompt.split(_TURNS, 1)[-1].split("\n\n") if block.strip()]
-        lines = itertools.cycle(turns or ["the conversation went on"])
-        words: list[str] = [f"[{call.marker}]"]
-        for section in _SECTIONS:
-            words += ["\n##", *section.split(), "\n-", *next(lines).split()]
-        while self._tokens(" ".join(words)) < target:
-            words += ["\n-", *next(lines).split()]
-        return self._cut(words, max_tokens)
 
     async def _stream(self, request: web.Request, text: str, finish: str, usage: dict[str, int]) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -245,7 +274,7 @@ def _text(content: Any) -> str:
     return ""
 
 
-def _summary_marker(messages: list[dict[str, Any]]) -> str:
+def summary_marker(messages: list[dict[str, Any]]) -> str:
     """Which summary a chat request carries: its marker, "static" for one without, "" for none."""
     for message in messages:
         text = _text(message.get("content"))

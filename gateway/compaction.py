@@ -2,9 +2,10 @@
 
 `persist_compaction` is the one place a compressed list reaches the store: in place (``replace_active``
 with the watermark the list was computed from) or by rotation to a child session. Then the session is
-re-bound: fresh system prompt, and ``last_prompt_tokens = −1`` (waiting for real usage). The agent loop
-calls it through its ``switch_session`` hook and notifies the engine and memory itself; `compress_session`
-(hygiene, /compress, sweeps) does those notifications here, so both paths end the same way.
+re-bound: the system prompt rebuilt (byte-identical: no compaction changes it, R-K2), and
+``last_prompt_tokens = −1`` (waiting for real usage). The agent loop calls it through its ``switch_session``
+hook and notifies the engine and memory itself; `compress_session` (hygiene, /compress, sweeps) does those
+notifications here, so both paths end the same way.
 """
 
 from __future__ import annotations
@@ -88,7 +89,9 @@ async def _rebind_after(sessions: SessionManager, live: LiveSession, child: Sess
     if child is None:
         await sessions.refresh_record(live)
         child = live.record
-    await sessions.rebind(live, child)
+    # The conversation goes on: same memory snapshot, so the system prompt stays byte-identical (the cache's
+    # stable prefix); the memory provider hears of it through on_session_switch (R-S4).
+    await sessions.rebind(live, child, fresh_memory=False)
 
 
 async def follow_stored(sessions: SessionManager, live: LiveSession) -> None:
@@ -99,7 +102,8 @@ async def follow_stored(sessions: SessionManager, live: LiveSession) -> None:
     if record.ended_at is not None:
         record = await store.sessions.get_or_create_active(live.key.platform, live.key.chat_key)
     restore_engine_state(live.engine, record.engine)
-    await sessions.rebind(live, record)
+    # Another process wrote what is stored — an erasure, or a new session, may be among it: memory is read again.
+    await sessions.rebind(live, record, fresh_memory=True)
 
 
 async def compress_session(

@@ -1,24 +1,20 @@
 """The system prompt of a session: who the bot is, where it talks, the frozen memory snapshot.
 
-Rebuilt at session start and after every compaction (R-S4); stable in between so prompt caching holds.
-A session that was compacted before carries the compressor's one-time compaction note and a pointer to
-the search_history / read_history tools that look up what the compaction took out of view. The chat's
-pinned rules (gateway/pins.py) close the prompt.
+Built at session start and byte-identical for the session's life — compactions included — so a provider's
+prompt cache keeps it (with the tool schemas) as the stable prefix of every request: what the model must
+know about a compaction (that a handoff summary stands for earlier turns, and how search_history /
+read_history look them up) travels in the summary message instead. It changes only when what it says
+changes: a pin, the chat's persona, the outside tools offered. The chat's pinned rules (gateway/pins.py)
+close the prompt.
 """
 
 from __future__ import annotations
 
-from agent.compression.assemble import add_compaction_note
 from agent.memory import MemoryProvider
-from gateway.history import READ_TOOL
 from gateway.keys import SessionKey
-from gateway.recall import RECALL_TOOL
 
-__all__ = ["RECALL_HINT", "build_system_prompt", "persona_text", "speaker_tag"]
+__all__ = ["build_system_prompt", "persona_text", "speaker_tag"]
 
-RECALL_HINT = (f"Earlier turns compacted away are kept word for word: look up exact values from them "
-               f"(ids, numbers, error texts, constraints) with the {RECALL_TOOL} tool, and open a message "
-               f"whole by its number (#N) with {READ_TOOL}, instead of guessing.")
 _PLATFORM_NAMES = {"discord": "Discord", "telegram": "Telegram", "console": "a terminal"}
 # What each platform does with the model's Markdown (Telegram's comes from our own conversion to its HTML).
 _FORMATTING = {
@@ -41,8 +37,8 @@ def persona_text(template: str | None, bot_name: str, platform: str) -> str:
         return template.strip()
 
 
-def build_system_prompt(bot_name: str, key: SessionKey, memory: MemoryProvider, *, compacted: bool,
-                        persona: str | None = None, pins: str = "", tools_note: str = "") -> str:
+def build_system_prompt(bot_name: str, key: SessionKey, memory: MemoryProvider, *, persona: str | None = None,
+                        pins: str = "", tools_note: str = "") -> str:
     """The system prompt for ``key``'s session; ``persona`` replaces the built-in "who you are" template;
     ``tools_note`` says how to read outside tools' results (MCP); ``pins`` (the chat's pinned-rules block)
     comes last, so it stays one stable block that changes only when a pin does."""
@@ -57,10 +53,6 @@ def build_system_prompt(bot_name: str, key: SessionKey, memory: MemoryProvider, 
     if memory_block:
         parts.append(memory_block)
     prompt = "\n\n".join(parts)
-    if compacted:
-        noted = add_compaction_note({"role": "system", "content": prompt})
-        # Part of the note, so the prompt changes only once, at the first compaction (R-K2).
-        prompt = f"{noted['content']}\n\n{RECALL_HINT}"
     return f"{prompt}\n\n{pins}" if pins else prompt
 
 

@@ -166,18 +166,19 @@ class SessionManager:
             live = await self._build(key, record, user_id, active.messages, pins)
         else:
             replaced = record.compactions != live.record.compactions
+            compacted_only = _one_compaction_since(live.record, record)
             live.record = record
-            if replaced:
-                # Another process replaced the active set — a compaction, or an erasure that may have taken a
-                # memory entry with it: the memory snapshot is taken again (the prompt changes only if it did).
+            if replaced and not compacted_only:
+                # Another process replaced the active set otherwise than by one compaction — an erasure may
+                # have taken a memory entry with it: the memory snapshot is taken again (the prompt changes
+                # only if it did). A compaction keeps the snapshot, so the prompt stays byte-identical.
                 await live.memory.start_session(record.id)
             if replaced or record.engine != live.synced_state:
                 # Another worker (or a sweep) moved the session on: take its engine state and prompt.
                 restore_engine_state(live.engine, record.engine)
                 live.synced_state = record.engine
-                live.loop.system_prompt = self.system_prompt(key, live.memory,
-                                                             compacted=record.engine.compression_count > 0,
-                                                             persona=live.persona, pins=live.pins)
+                live.loop.system_prompt = self.system_prompt(key, live.memory, persona=live.persona,
+                                                             pins=live.pins)
             await self._update_pins(live, pins)
         live.messages, live.token_counts, live.watermark = active.messages, active.token_counts, active.watermark
         if remember:
@@ -204,24 +205,27 @@ class SessionManager:
         live.record = await self.rt.store.sessions.require(live.id)
         live.synced_state = live.record.engine
 
-    async def rebind(self, live: LiveSession, record: SessionRecord) -> None:
-        """The conversation continues under ``record`` (rotation): same engine, new id, fresh prompt."""
+    async def rebind(self, live: LiveSession, record: SessionRecord, *, fresh_memory: bool) -> None:
+        """The conversation continues under ``record`` (after a compaction, in place or rotated): same engine,
+        its id, the prompt rebuilt — byte-identical unless ``fresh_memory`` (what is stored came from another
+        process, an erasure or a new session among the possibilities) takes the memory snapshot again and it
+        changed, or a pin or the persona did."""
         live.record = record
         live.synced_state = record.engine
         live.loop.session_id = record.id
-        await live.memory.start_session(record.id)
-        live.loop.system_prompt = self.system_prompt(live.key, live.memory, compacted=True, persona=live.persona,
-                                                     pins=live.pins)
+        if fresh_memory:
+            await live.memory.start_session(record.id)
+        live.loop.system_prompt = self.system_prompt(live.key, live.memory, persona=live.persona, pins=live.pins)
         await self.reload(live)
 
-    def system_prompt(self, key: SessionKey, memory: MemoryProvider, *, compacted: bool,
-                      persona: str | None = None, pins: tuple[PinRecord, ...] = ()) -> str:
+    def system_prompt(self, key: SessionKey, memory: MemoryProvider, *, persona: str | None = None,
+                      pins: tuple[PinRecord, ...] = ()) -> str:
         """The session's system prompt as configured; ``persona`` is the chat's own (``/persona``); its pinned
         rules come last."""
         mcp = self.rt.mcp
         untrusted = mcp is not None and mcp.any_allowed(key.platform, key.chat_refs)
-        return build_system_prompt(self.rt.settings.gateway.bot_name, key, memory, compacted=compacted,
-                                   persona=persona or self._persona, pins=pins_block(pins, pin_token_limit(self.rt)),
+        return build_system_prompt(self.rt.settings.gateway.bot_name, key, memory, persona=persona or self._persona,
+                                   pins=pins_block(pins, pin_token_limit(self.rt)),
                                    tools_note=UNTRUSTED_NOTE if untrusted else "")
 
     async def refresh_pins(self, live: LiveSession) -> None:
@@ -235,8 +239,7 @@ class SessionManager:
         if pins == live.pins:
             return
         live.pins = pins
-        live.loop.system_prompt = self.system_prompt(live.key, live.memory, persona=live.persona, pins=pins,
-                                                     compacted=live.record.engine.compression_count > 0)
+        live.loop.system_prompt = self.system_prompt(live.key, live.memory, persona=live.persona, pins=pins)
 
     async def set_persona(self, live: LiveSession, persona: str | None) -> None:
         """Give ``live``'s chat its own persona (None: back to the configured one); stored, so it survives
@@ -246,8 +249,7 @@ class SessionManager:
         else:
             await self.rt.store.chat_settings.put(_chat_scope(live.key), _PERSONA, persona)
         live.persona = persona
-        live.loop.system_prompt = self.system_prompt(live.key, live.memory, persona=persona, pins=live.pins,
-                                                     compacted=live.record.engine.compression_count > 0)
+        live.loop.system_prompt = self.system_prompt(live.key, live.memory, persona=persona, pins=live.pins)
 
     async def set_model(self, live: LiveSession, name: str | None) -> None:
         """Make ``name`` (a configured model) ``live``'s chat's model, or the main one again (None); stored, so
@@ -304,8 +306,7 @@ class SessionManager:
         models = await self._models_for(key)
         if pins is None:
             pins = tuple(await rt.store.pins.list(key.platform, key.chat_key))
-        prompt = self.system_prompt(key, memory, compacted=record.engine.compression_count > 0, persona=persona,
-                                    pins=pins)
+        prompt = self.system_prompt(key, memory, persona=persona, pins=pins)
         loop = AgentLoop(
             provider=models, engine=engine, system_prompt=prompt, session_id=record.id, tools=tools,
             memory=memory, max_tokens=rt.settings.llm.max_tokens, counter=rt.counter,
@@ -334,6 +335,13 @@ def _unchanged(live: LiveSession, record: SessionRecord) -> bool:
     """Whether ``record`` (just read) describes exactly the state ``live`` already holds."""
     return (record.message_count == len(live.messages) and record.compactions == live.record.compactions
             and record.engine == live.synced_state and live.watermark > 0)
+
+
+def _one_compaction_since(before: SessionRecord, after: SessionRecord) -> bool:
+    """Whether exactly one replacement of the active set happened between the two reads of a session, and it was
+    a compaction (its number is the last compaction's; an erasure's replacement leaves that as it was)."""
+    last = after.engine.last_compaction
+    return after.compactions == before.compactions + 1 and last is not None and last.number == after.compactions
 
 
 _PERSONA = "persona"

@@ -348,9 +348,6 @@ class ContextCompressor(ContextEngine):
 
     # -- the pipeline -----------------------------------------------------------------------------------
 
-    def _decayed(self) -> bool:
-        return self._state.compression_count >= 1 or self._state.previous_summary is not None
-
     def _rehydrate(self, messages: Sequence[Mapping[str, Any]]) -> None:
         # A remembered summary absent from these messages came from another session: drop it.
         self._state.previous_summary = find_latest_summary(messages)
@@ -542,8 +539,7 @@ class ContextCompressor(ContextEngine):
         self, work: Messages, kept: Mapping[int, int], bounds: Boundaries, body: str
     ) -> tuple[AssemblyResult, list[int]]:
         """The assembled list and its per-message counts: only what assembly created or changed is counted."""
-        assembled = assemble(work[: bounds.head_end], format_summary(body), work[bounds.tail_start :],
-                             first_compression=not self._decayed())
+        assembled = assemble(work[: bounds.head_end], format_summary(body), work[bounds.tail_start :])
         counts = [kept.get(id(m)) for m in assembled.messages]
         return assembled, [self._counter.count_message(m) if c is None else c
                            for m, c in zip(assembled.messages, counts, strict=True)]

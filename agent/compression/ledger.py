@@ -67,9 +67,11 @@ def ledger_line(fact: Fact) -> str:
 
 
 def coverage_line(first: int, last: int) -> str:
-    """The summary's first line: which messages it replaced, and where to find them word for word."""
-    return (f"Messages #{first}–#{last} of this conversation were compacted; look up exact details with "
-            f"search_history / read_history (#N below is a message number for read_history).")
+    """The summary's first line: which messages it replaced, and how to get them back word for word instead of
+    guessing (the hint lives here, in the summary, so the system prompt never changes at a compaction)."""
+    return (f"Messages #{first}–#{last} of this conversation were compacted and are kept word for word: look up "
+            f"exact values from them (ids, numbers, error texts, constraints) with search_history, and open one "
+            f"whole by its number (#N below) with read_history, instead of guessing.")
 
 
 def parse_coverage(body: str | None) -> tuple[int, int] | None:

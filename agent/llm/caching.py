@@ -1,9 +1,14 @@
 """Prompt caching markers, "system_and_3" (R-K1), and when to use them (R-K2).
 
 Anthropic-family models cache the prompt prefix up to each ``cache_control`` breakpoint, at most 4 per
-request. Marking the system prompt and the last 3 non-system messages keeps the stable prefix cached while
-the conversation grows by one turn at a time. Markers on any other message are removed, so re-applying to a
-grown list never exceeds the 4-breakpoint limit and applying twice changes nothing.
+request, in the order tools, system, messages; a request reads the longest cached prefix ending at one of its
+breakpoints or up to 20 blocks before one. A gateway request is laid out stable prefix first — tool schemas,
+the system prompt (its pins last), which no compaction changes — then the handoff summary, then the verbatim
+tail. So the system prompt's marker ends the stable prefix: the first request after a compaction reads it
+from the cache, and rewrites only the new summary and the tail. The markers on the last 3 non-system messages
+move with the tail: each request reads what the previous one wrote, within the lookback even after a turn of
+several tool calls. Markers on any other message are removed, so re-applying to a grown list never exceeds
+the 4-breakpoint limit and applying twice changes nothing.
 """
 
 from __future__ import annotations

@@ -7,10 +7,8 @@ import json
 import pytest
 
 from agent.compression.assemble import (
-    COMPACTION_NOTE,
     MEDIA_PLACEHOLDER,
     STUB_RESULT,
-    add_compaction_note,
     assemble,
     choose_summary_role,
     sanitize_tool_pairs,
@@ -37,30 +35,27 @@ def test_role_choice_table(previous: str | None, following: str | None, expected
 
 
 def test_no_two_consecutive_same_roles_around_the_summary() -> None:
-    out = assemble([system()], "SUMMARY", [user("live")], first_compression=False)
+    out = assemble([system()], "SUMMARY", [user("live")])
     assert [m["role"] for m in out.messages] == ["system", "assistant", "user"]
-    out = assemble([system()], "SUMMARY", [assistant("reply"), user("live")], first_compression=False)
+    out = assemble([system()], "SUMMARY", [assistant("reply"), user("live")])
     assert [m["role"] for m in out.messages] == ["system", "user", "assistant", "user"]
 
 
 def test_summary_merges_into_first_tail_message_when_both_roles_clash() -> None:
-    out = assemble([system(), user("first")], "SUMMARY", [assistant("reply"), user("live")], first_compression=False)
+    out = assemble([system(), user("first")], "SUMMARY", [assistant("reply"), user("live")])
     assert out.summary_role == "merged"
     assert out.messages[2] == {"role": "assistant", "content": "SUMMARY\n\nreply"}
     parts = [{"type": "text", "text": "hi"}, image_part()]
-    out = assemble([system(), assistant("a")], "S", [{"role": "user", "content": parts}], first_compression=False)
+    out = assemble([system(), assistant("a")], "S", [{"role": "user", "content": parts}])
     assert out.messages[2]["content"] == [{"type": "text", "text": "S"}, *parts]
 
 
-def test_compaction_note_only_on_first_compression_and_once() -> None:
-    out = assemble([system("base")], "S", [user("x")], first_compression=True)
-    assert out.messages[0]["content"] == f"base\n\n{COMPACTION_NOTE}"
-    again = add_compaction_note(out.messages[0])
-    assert again["content"] == out.messages[0]["content"]
-    out = assemble([system("base")], "S", [user("x")], first_compression=False)
-    assert out.messages[0]["content"] == "base"
-    listed = add_compaction_note({"role": "system", "content": [{"type": "text", "text": "p"}]})
-    assert listed["content"][-1] == {"type": "text", "text": COMPACTION_NOTE}
+def test_the_system_prompt_is_kept_byte_for_byte() -> None:
+    prompt = system("base")
+    out = assemble([prompt], "S", [user("x")])
+    assert out.messages[0] is prompt and out.messages[0] == {"role": "system", "content": "base"}
+    listed = {"role": "system", "content": [{"type": "text", "text": "p"}]}
+    assert assemble([listed, user("a")], "S", [assistant("b"), user("x")]).messages[0] == listed
 
 
 def test_orphan_results_dropped_and_missing_results_stubbed() -> None:

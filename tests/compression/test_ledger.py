@@ -43,7 +43,8 @@ def test_merge_puts_each_kind_in_its_section_after_the_models_text() -> None:
              Fact("command", "pytest -q → exit 1", 5), Fact("error", "ValueError: bad port", 6)]
     merged = with_ledger(body, facts, (2, 40))
     assert merged.startswith(coverage_line(2, 40)) and parse_coverage(merged) == (2, 40)
-    assert "search_history / read_history" in merged.splitlines()[0]
+    first = merged.splitlines()[0]
+    assert "with search_history" in first and "with read_history" in first and "instead of guessing" in first
     sections = {part.split("\n", 1)[0]: part for part in merged.split("## ")[1:]}
     assert sections["Constraints & Preferences\n"[:-1]].strip().endswith("- #3 rule: Never push to main.")
     assert "None" not in sections["Constraints & Preferences"]

@@ -26,10 +26,11 @@ async def test_agent_preflight_compaction_is_persisted_in_place(gateway_factory:
     assert active[-1]["content"] == "after compaction"
     record = await gateway.rt.store.sessions.get(session_id)
     assert record.engine.compression_count == 1 and record.engine.last_compaction.reason == "agent: preflight"
-    # The next turn runs on the compacted session with the compaction note in its system prompt.
+    # The next turn runs on the compacted session, under the system prompt the compacted turn had.
+    before = fake_llm.requests[1].messages[0]  # the answer after the summary
     await adapter.say("and then?")
     sent = fake_llm.requests[-1].messages
-    assert "compacted" in sent[0]["content"].lower()
+    assert sent[0] == before and "compacted" not in before["content"].lower()
     assert len(sent) < 150  # not the 330 stored before
 
 

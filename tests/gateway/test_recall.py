@@ -8,9 +8,10 @@ from typing import Any
 
 from sqlalchemy import update
 
+from agent.compression.summary import SUMMARY_PREFIX
 from gateway.app import Gateway
-from gateway.prompt import RECALL_HINT
-from gateway.recall import MAX_ANCESTORS, conversation_sessions
+from gateway.history import READ_TOOL
+from gateway.recall import MAX_ANCESTORS, RECALL_TOOL, conversation_sessions
 from gateway.store.database import write
 from gateway.store.models import SessionRow
 from tests.fakes.llm_server import FakeLLMServer
@@ -63,7 +64,12 @@ async def test_finds_the_exact_value_in_archived_rows(gateway_factory: GatewayFa
     # The value is gone from what the model sees, and comes back only through the tool.
     assert "54329" not in json.dumps(asked.messages)
     assert "search_history" in [t["function"]["name"] for t in asked.json["tools"]]
-    assert RECALL_HINT in asked.messages[0]["content"]
+    # How to look them up travels in the summary message; the system prompt is the one of an uncompacted chat.
+    [summary] = [m for m in asked.messages if str(m.get("content")).startswith(SUMMARY_PREFIX)]
+    hint = summary["content"].split("\n\n")[1]
+    assert hint.startswith("Messages #4–#") and "instead of guessing" in hint  # after the 3 protected ones
+    assert f"with {RECALL_TOOL}" in hint and f"with {READ_TOOL}" in hint
+    assert "compacted" not in asked.messages[0]["content"]
     header, *lines = result.splitlines()
     assert header == "1 earlier message(s) match 'staging DB port', most relevant first (times UTC):"
     assert len(lines) == 1 and LINE.match(lines[0]) and "54329" in lines[0]

@@ -52,7 +52,7 @@ async def test_an_exact_value_compacted_away_comes_back_through_search_and_read(
     # Compacted away: the value is nowhere in what the model saw when asked, summary included …
     assert VALUE not in json.dumps(first.messages)
     summary = next(m for m in first.messages if SUMMARY_MARKER in str(m.get("content")))
-    assert "search_history / read_history" in summary["content"]
+    assert "with search_history" in summary["content"] and "with read_history" in summary["content"]
     # … the search snippet alone does not carry it; reading the message whole does.
     assert VALUE not in after_search.messages[-1]["content"]
     assert f"replica_port: {VALUE}" in after_read.messages[-1]["content"]
