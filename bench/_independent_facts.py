@@ -132,9 +132,11 @@ def _path_of(token: str, chat: bool) -> str | None:
             return word
         # "/testbed" alone: a path where no IRC command ("/join") is typed, and not a tag's end ("</output>").
         return word if not chat and token.startswith("/") and "<" not in token and ">" not in token else None
-    if len(segments) == 1 and word.endswith("/"):
-        return word if len(segments[0]) >= 2 and segments[0].replace("_", "").replace("-", "").isalnum() else None
-    if len(segments) >= 3 or has_extension or (len(segments) == 2 and word.endswith("/")):
+    if len(segments) == 1 and word.endswith("/"):  # "build/"; in chat "now/" is a typo more often than a folder
+        return word if not chat and len(segments[0]) >= 2 and segments[0].replace("_", "").replace("-", "").isalnum() \
+            else None
+    # In chat a slash often separates alternatives ("sata/scsi/etc"): there a relative path needs an extension.
+    if has_extension or (not chat and (len(segments) >= 3 or (len(segments) == 2 and word.endswith("/")))):
         return word if all(any(c.isalnum() for c in s) for s in segments) else None
     return None
 
@@ -204,8 +206,9 @@ def _is_exception_name(name: str) -> bool:
             and all(part.isidentifier() for part in name.split(".")) and last.endswith(_ERROR_ENDINGS))
 
 
-def _error_of(line: str) -> str | None:
-    """The error fact a (stripped) line states, or None."""
+def _error_of(line: str, chat: bool) -> str | None:
+    """The error fact a (stripped) line states, or None; ``chat``: a user's line, where an error may be
+    quoted into a sentence."""
     if line.startswith("E ") and line[1:2].isspace():
         line = line[1:].strip()  # pytest's "E   AssertionError: …"
     first, _, rest = line.partition(" ")
@@ -224,7 +227,7 @@ def _error_of(line: str) -> str | None:
         return line  # "Error fetching result: …"
     if any(marker in line for marker in _SYSTEM_ERRORS):
         return line
-    return _quoted_error(line)
+    return _quoted_error(line) if chat else None
 
 
 def _quoted_error(line: str) -> str | None:
@@ -243,7 +246,7 @@ def _quoted_error(line: str) -> str | None:
 _FAILED_MARK = "[error]"
 
 
-def _errors(text: str) -> Iterator[str]:
+def _errors(text: str, chat: bool) -> Iterator[str]:
     lines = text.splitlines()
     if lines and lines[0].strip() == _FAILED_MARK:
         # A tool result marked as failed: its first line is the tool's error message.
@@ -267,7 +270,7 @@ def _errors(text: str) -> Iterator[str]:
             if not line.startswith(("During handling", "The above exception")):
                 yield _clip(line)
                 continue
-        found = _error_of(line)
+        found = _error_of(line, chat)
         if found:
             yield _clip(found)
 
@@ -339,7 +342,7 @@ def _facts_of_text(text: str, role: str) -> Iterator[tuple[str, str]]:
     yield from (("path", p) for p in _paths(text, chat=role == "user"))
     yield from (("number", n) for n in _numbers(text))
     if role in ("user", "tool"):
-        yield from (("error", e) for e in _errors(text))
+        yield from (("error", e) for e in _errors(text, chat=role == "user"))
     if role == "user":
         yield from (("rule", _clip(r)) for r in stated_rules(text))
         yield from (("command", c) for c in _typed_commands(text))
