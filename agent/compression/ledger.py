@@ -7,9 +7,12 @@ ledger is written by this code, never by the summary model: lines of this shape 
 removed and the deterministic ones put back, after the model's text.
 
 Bounded newest first by a token cap that scales with the summary budget. Each kind first gets its own share
-of the cap (so a flood of numbers from one log cannot push every rule out), then what is left goes kind by
-kind — rules, errors, commands, paths before identifiers, URLs and numbers — newest first. An iterative compression parses the previous summary's ledger and carries it over;
-when the cap is reached, the oldest entries go first.
+of the cap (so a flood of numbers from one log cannot push every rule out), and the rules and the errors at
+least their newest entry, however small the window (a 4K model's ledger is a few hundred tokens); then what
+is left goes kind by kind — rules, errors, commands, paths before identifiers, URLs and numbers — newest
+first. A command that failed (a non-zero exit) counts as an error: it is the error line of its tool result.
+An iterative compression parses the previous summary's ledger and carries it over; when the cap is reached,
+the oldest entries go first.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from agent.compression.summary import SECTIONS
 __all__ = [
     "LEDGER_SHARE",
     "Ledger",
+    "budget_kind",
     "build_ledger",
     "coverage_line",
     "ledger_cap",
@@ -47,7 +51,10 @@ _KIND_OF = {label: kind for kind, label in LABELS.items()}
 SECTION_OF = {"path": "Relevant Files", "constraint": "Constraints & Preferences"}
 _DEFAULT_SECTION = "Critical Context"
 # First-round share of the cap per kind; rules and errors are few and precious, numbers many and cheap.
-_QUOTA = {"constraint": 0.15, "error": 0.1, "command": 0.35, "path": 0.2, "id": 0.05, "url": 0.05, "number": 0.05}
+_QUOTA = {"constraint": 0.15, "error": 0.2, "command": 0.3, "path": 0.2, "id": 0.05, "url": 0.05, "number": 0.05}
+# Kinds whose newest entry goes in even when it alone is larger than the kind's share (while the cap allows).
+_AT_LEAST_ONE = frozenset({"constraint", "error"})
+_FAILED_RE = re.compile(r" → (?:exit (?!0$)-?\d+|failed)$")
 
 _LINE_RE = re.compile(rf"^- #(\d+) ({'|'.join(LABELS.values())}): (.+)$")
 _COVERAGE_RE = re.compile(r"^Messages #(\d+)–#(\d+) of this conversation were compacted\b.*$")
@@ -108,12 +115,18 @@ def merge_facts(older: Iterable[Fact], newer: Iterable[Fact]) -> list[Fact]:
     return sorted(best.values(), key=lambda f: f.seq)
 
 
+def budget_kind(fact: Fact) -> str:
+    """The kind whose share a fact takes: its own, but a command that failed is its result's error line."""
+    return "error" if fact.kind == "command" and _FAILED_RE.search(fact.text) else fact.kind
+
+
 def select_facts(facts: Sequence[Fact], cap_tokens: int, cost: Callable[[str], int]) -> list[Fact]:
-    """The facts that fit ``cap_tokens``: newest first per kind within its quota, then the rest of the cap kind
-    by kind (in `FACT_KINDS` order), newest first; returned in message order."""
+    """The facts that fit ``cap_tokens``: newest first per kind within its quota (the newest rule and error
+    even beyond it), then the rest of the cap kind by kind (in `FACT_KINDS` order), newest first; returned in
+    message order. A failed command takes the errors' share (`budget_kind`)."""
     by_kind: dict[str, list[tuple[int, Fact]]] = {kind: [] for kind in FACT_KINDS}
     for index, fact in enumerate(facts):
-        by_kind[fact.kind].append((index, fact))
+        by_kind[budget_kind(fact)].append((index, fact))
     prices: dict[int, int] = {}
 
     def price_of(index: int, fact: Fact) -> int:
@@ -127,7 +140,8 @@ def select_facts(facts: Sequence[Fact], cap_tokens: int, cost: Callable[[str], i
         quota, spent = int(cap_tokens * _QUOTA[kind]), 0
         for index, fact in reversed(by_kind[kind]):
             price = price_of(index, fact)
-            if spent + price > quota:
+            beyond_share = spent + price > quota and not (not spent and kind in _AT_LEAST_ONE)
+            if beyond_share or used + spent + price > cap_tokens:
                 break
             chosen.add(index)
             spent += price
