@@ -45,7 +45,7 @@ __all__ = [
 FACT_KINDS = ("constraint", "error", "command", "path", "id", "url", "number")
 
 # Per message and kind: a directory listing or a log dump must not flood the ledger with one message.
-_PER_MESSAGE = {"constraint": 8, "error": 24, "command": 8, "path": 20, "id": 10, "url": 6, "number": 10}
+_PER_MESSAGE = {"constraint": 8, "error": 24, "command": 8, "path": 64, "id": 10, "url": 6, "number": 10}
 _MAX_FACT_CHARS = {"constraint": 300, "error": 500, "command": 300}
 _DEFAULT_MAX_CHARS = 200
 # Text beyond this is not scanned (a huge tool output is mostly data; its start and end carry the signal).
