@@ -1,7 +1,7 @@
 """The evidence ledger: the exact facts of every compacted middle, bounded, merged into the summary.
 
 One fixed line per fact, ``- #SEQ LABEL: TEXT`` — short facts of one message and kind share one, ``- #SEQ
-paths: a.py · b.py`` (the label in the plural) — under the template section it belongs to (paths under
+paths: a.py b.py`` (the label in the plural) — under the template section it belongs to (paths under
 Relevant Files, rules under Constraints & Preferences, everything else under Critical Context), plus one
 coverage line at the top of the summary saying which messages it replaced and how to look them up. The
 ledger is written by this code, never by the summary model: lines of this shape in a model's summary are
@@ -50,9 +50,10 @@ SCAN_PER_TOKEN = 40
 LABELS = {"constraint": "rule", "error": "error", "command": "cmd", "path": "path", "id": "id", "url": "url",
           "number": "num"}
 # Short facts of one message and kind share a line, which spares each its "- #57 path: " (a third of a short
-# fact's tokens); the plural label says the text is a list.
+# fact's tokens); the plural label says the text is a list: paths and URLs (none holds a space) separated by
+# a space, which costs no token, identifiers and numbers ("3.5 s", "PR #12") by " · ".
 GROUPED_LABELS = {"path": "paths", "id": "ids", "url": "urls", "number": "nums"}
-_SEPARATOR = " · "
+_SEPARATOR = {"path": " ", "url": " ", "id": " · ", "number": " · "}
 _KIND_OF = {label: kind for kind, label in (*LABELS.items(), *GROUPED_LABELS.items())}
 SECTION_OF = {"path": "Relevant Files", "constraint": "Constraints & Preferences"}
 _DEFAULT_SECTION = "Critical Context"
@@ -60,6 +61,9 @@ _DEFAULT_SECTION = "Critical Context"
 _QUOTA = {"constraint": 0.15, "error": 0.2, "command": 0.3, "path": 0.2, "id": 0.05, "url": 0.05, "number": 0.05}
 # Kinds whose newest entry goes in even when it alone is larger than the kind's share (while the cap allows).
 _AT_LEAST_ONE = frozenset({"constraint", "error"})
+# What is left of the cap goes to the kinds in this order: paths before commands, as a path costs a few tokens
+# on a shared line and a command a line of its own.
+_LEFTOVER_ORDER = ("constraint", "error", "path", "command", "id", "url", "number")
 _FAILED_RE = re.compile(r" → (?:exit (?!0$)-?\d+|failed)$")
 
 _LINE_RE = re.compile(rf"^- #(\d+) ({'|'.join(sorted(_KIND_OF, key=len, reverse=True))}): (.+)$")
@@ -80,7 +84,10 @@ def ledger_line(fact: Fact) -> str:
 
 
 def _groupable(fact: Fact) -> bool:
-    return fact.kind in GROUPED_LABELS and _SEPARATOR not in fact.text
+    separator = _SEPARATOR.get(fact.kind)
+    if separator is None:
+        return False
+    return not any(c.isspace() for c in fact.text) if separator == " " else separator not in fact.text
 
 
 def ledger_lines(facts: Sequence[Fact]) -> list[str]:
@@ -98,7 +105,8 @@ def ledger_lines(facts: Sequence[Fact]) -> list[str]:
         if len(group) == 1:
             lines.append(ledger_line(fact))
         else:
-            lines.append(f"- #{fact.seq} {GROUPED_LABELS[fact.kind]}: {_SEPARATOR.join(f.text for f in group)}")
+            texts = _SEPARATOR[fact.kind].join(f.text for f in group)
+            lines.append(f"- #{fact.seq} {GROUPED_LABELS[fact.kind]}: {texts}")
     return lines
 
 
@@ -124,8 +132,9 @@ def parse_ledger(body: str | None) -> list[Fact]:
         match = _LINE_RE.match(line.strip())
         if match:
             label, seq = match.group(2), int(match.group(1))
-            texts = match.group(3).split(_SEPARATOR) if label in GROUPED_LABELS.values() else [match.group(3)]
-            facts.extend(Fact(_KIND_OF[label], text, seq) for text in texts if text)
+            kind = _KIND_OF[label]
+            texts = match.group(3).split(_SEPARATOR[kind]) if label in GROUPED_LABELS.values() else [match.group(3)]
+            facts.extend(Fact(kind, text, seq) for text in texts if text)
     return facts
 
 
@@ -167,7 +176,7 @@ def select_facts(facts: Sequence[Fact], cap_tokens: int, cost: Callable[[str], i
         joins = _groupable(fact) and (fact.seq, fact.kind) in opened
         if (index, joins) not in prices:
             if joins:
-                prices[index, joins] = cost(_SEPARATOR + fact.text)
+                prices[index, joins] = cost(_SEPARATOR[fact.kind] + fact.text)
             elif _groupable(fact):
                 prices[index, joins] = cost(f"- #{fact.seq} {GROUPED_LABELS[fact.kind]}: {fact.text}") + 1
             else:
@@ -191,7 +200,7 @@ def select_facts(facts: Sequence[Fact], cap_tokens: int, cost: Callable[[str], i
             spent += price
         used += spent
     # What is left goes kind by kind in the same order (what a continuing agent needs most first), newest first.
-    for kind in FACT_KINDS:
+    for kind in _LEFTOVER_ORDER:
         for index, fact in reversed(by_kind[kind]):
             if index in chosen:
                 continue

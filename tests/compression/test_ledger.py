@@ -42,9 +42,10 @@ def test_quotas_keep_rare_kinds_when_one_kind_floods() -> None:
 
 def test_short_facts_of_one_message_share_a_line_and_parse_back() -> None:
     facts = [Fact("path", "src/a.py", 5), Fact("number", "3 s", 5), Fact("path", "src/b.py", 5),
-             Fact("path", "odd · name.txt", 5), Fact("path", "src/c.py", 6), Fact("command", "ls → exit 0", 6)]
+             Fact("path", "odd name.txt", 5), Fact("number", "4 MB", 5), Fact("path", "src/c.py", 6),
+             Fact("command", "ls → exit 0", 6)]
     lines = ledger_lines(facts)
-    assert lines == ["- #5 paths: src/a.py · src/b.py", "- #5 num: 3 s", "- #5 path: odd · name.txt",
+    assert lines == ["- #5 paths: src/a.py src/b.py", "- #5 nums: 3 s · 4 MB", "- #5 path: odd name.txt",
                      "- #6 path: src/c.py", "- #6 cmd: ls → exit 0"]
     assert sorted(parse_ledger("\n".join(lines)), key=facts.index) == facts
 
