@@ -133,7 +133,7 @@ def test_a_cached_command_follows_its_result() -> None:
 
 
 def test_values_found_later_keep_the_order_and_caps_of_one_pass() -> None:
-    paths = " ".join(f"src/pkg_{i}/m.py" for i in range(40))
+    paths = " ".join(f"src/pkg_{i}/m.py" for i in range(100))
     message = {"role": "assistant", "content": f"Error: bad\n{paths}",
                "tool_calls": [_call("a", command="ls", path="src/pkg_3/m.py")]}
     clear_fact_cache()
