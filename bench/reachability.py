@@ -1,27 +1,33 @@
 """Can the agent still reach every exact fact after a compaction? Over every corpus transcript
-(``bench.corpus``).
+(``bench.corpus``), for two sets of facts side by side: the ledger's own and an outside extractor's.
 
-    python -m bench.reachability                 # every corpus, static summary, up to 25 facts per kind each
-    python -m bench.reachability --sample 0      # every fact (slow)
-    python -m bench.reachability --kinds irc     # one corpus
+    python -m bench.reachability                     # every corpus, up to 25 facts per kind and transcript
+    python -m bench.reachability --part held-out     # the third of the transcripts nothing was tuned on
+    python -m bench.reachability --kinds irc --misses 5    # one corpus, with 5 missed facts per kind shown
+    python -m bench.reachability --sample 0          # every fact (slow)
 
 Each transcript is stored as a session, compressed once through the store (window = the transcript's own
-size, static summary, so it runs without a model; the archived rows exist as in a live gateway), and then:
-- facts: the evidence extractor's exact facts of the compacted middle (paths, commands, numbers, errors,
-  constraints; ids and URLs too) that occur nowhere in the kept head and tail — what compaction put at risk;
-- kept: the fact is in the new window word for word (the summary with its evidence ledger);
-- exact: ``search_history`` with the fact itself returns it in a snippet;
-- topic: ``search_history`` with two distinctive words of the message that held the fact (the rarest words
-  of that message in its transcript, none taken from the fact) returns it in a snippet; ``+read``: it is in
-  one of the top 3 hits opened whole (``read_history``). A message that is the fact and little else (a
-  one-line chat message, a bare error output) has no other words: its query comes from the nearest of the
-  three messages before it (then the two after it), and each hit is opened with its neighbours up to the fact
-  (``read_history`` with ``after`` / ``before``);
+size, static summary, so it runs without a model; the archived rows exist as in a live gateway), and then,
+for each fact of the compacted middle that occurs nowhere in the kept head and tail (what compaction put at
+risk):
+- facts, two sets: the **ledger**'s (its own extractor: paths, commands, numbers, errors, rules; ids and URLs
+  too), which measures the ledger against its own reading, and the **outside** set
+  (`bench._independent_facts`: line and token heuristics written apart from the ledger, its precision and
+  recall tested on a hand-labelled sample), which measures what the ledger misses;
+- kept: the fact is in the new window word for word (the summary with its evidence ledger); a command that
+  exited non-zero is kept when one line states the command with its exit code;
+- exact: the real ``search_history`` tool, asked for the fact itself, shows it in a snippet;
+- topic + read: ``search_history`` with two distinctive words of the message that held the fact (the rarest
+  words of that message in its transcript, none taken from the fact) shows it in a snippet, or one of the
+  top 3 hits, opened once with ``read_history`` (one page, the most it gives), shows it. A message that is the
+  fact and little else (a one-line chat message, a bare error output) has no other words: its query comes
+  from the nearest of the three messages before it (then the two after it), and each hit is opened with its
+  neighbours up to the fact (``after`` / ``before``); a command's exit code is read with the result after it;
 - reachable: kept, or topic + read — what an agent that does not know the value can get.
-Per corpus and fact kind, with the compression ratio (all transcripts, and those over 100K tokens). LoCoMo's
+Per corpus and kind, with the compression ratio (all transcripts, and those over 100K tokens). LoCoMo's
 questions: how many evidence turns of the compacted middle a question's own distinctive words find.
-Targets (issue 16): kept ≥ 90% for paths and commands, ≥ 80% for errors and constraints; reachable by
-topic + read ≥ 95% for every kind; compression ≥ 5× on transcripts over 100K tokens.
+Targets (issue 31, on the outside set): kept ≥ 90% for paths and commands, ≥ 80% for errors and rules;
+reachable ≥ 95% for every kind; compression ≥ 5× on transcripts over 100K tokens.
 """
 
 from __future__ import annotations
@@ -30,27 +36,40 @@ import argparse
 import asyncio
 import re
 import tempfile
+import zlib
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agent.compression.compressor import ContextCompressor
-from agent.compression.evidence import FACT_KINDS, Fact, extract_facts
+from agent.compression.evidence import extract_facts
 from agent.compression.messages import plain_text
-from agent.compression.redact import redact_secrets
 from agent.tokens import get_counter
+from bench._independent_facts import outside_facts
+from bench._reach_probe import (
+    KIND_ORDER,
+    READ_TOP,
+    Probe,
+    RecallTools,
+    flat,
+    is_kept,
+    ledger_probes,
+    outside_probes,
+)
 from bench.corpus import KINDS, Transcript, iter_transcripts
 from gateway.store import Store
 
-__all__ = ["Cell", "TranscriptResult", "main", "measure_transcript", "probe_of", "topic_query"]
+__all__ = ["FACT_SETS", "Cell", "TranscriptResult", "held_out", "main", "measure_transcript", "topic_query"]
 
 Messages = list[dict[str, Any]]
-TARGET_KEPT = {"path": 0.90, "command": 0.90, "error": 0.80, "constraint": 0.80}
+FACT_SETS = ("ledger", "outside")
+TARGET_KEPT = {"path": 0.90, "command": 0.90, "error": 0.80, "rule": 0.80}
 TARGET_REACHABLE = 0.95
 TARGET_RATIO = 5.0
 LONG_TOKENS = 100_000
+PARTS = ("all", "held-out", "dev")
 # Whole words of letters as the word index splits them (not the tail of a hex id such as 0x7f3a…).
 _WORD = re.compile(r"(?<![A-Za-z0-9])[A-Za-z]{4,}(?![A-Za-z0-9])")
 _STOP = frozenset("""
@@ -60,7 +79,7 @@ might more most must myself never none only other ought ours over same shall sho
 their theirs them themselves then there these they this those through under until very want were what when
 where which while whom will with within without would your yours yourself yeah okay sure thanks thank please
 """.split())
-_READ_TOP = 3
+_READ_TOP = READ_TOP
 _LOOK_BACK = 3
 _LOOK_AHEAD = 2
 _COMMON_SHARE = 0.2
@@ -68,7 +87,7 @@ _COMMON_SHARE = 0.2
 
 @dataclass
 class Cell:
-    """Counts for one (corpus, fact kind)."""
+    """Counts for one (corpus, fact set, kind)."""
 
     facts: int = 0
     kept: int = 0
@@ -85,31 +104,29 @@ class Cell:
 
 @dataclass
 class TranscriptResult:
-    """What one transcript contributed."""
+    """What one transcript contributed: ``cells[fact set][kind]``, and the outside facts it missed
+    (not kept, not reachable)."""
 
-    cells: dict[str, Cell]
+    cells: dict[str, dict[str, Cell]]
     tokens_before: int
     tokens_after: int
     evidence_turns: int = 0
     evidence_found: int = 0
     evidence_read: int = 0
+    missed: list[tuple[str, Probe, bool]] = field(default_factory=list)
 
 
-def _flat(text: str) -> str:
-    return " ".join(text.split()).lower()
-
-
-def probe_of(fact: Fact) -> str:
-    """The exact text to look for: a command without its exit note, a clipped fact without its ellipsis."""
-    text = fact.text.split(" → ")[0] if fact.kind == "command" else fact.text
-    return text.removesuffix("…")
+def held_out(transcript: Transcript) -> bool:
+    """Whether ``transcript`` is in the third nothing was tuned on (the labelled sample of the outside
+    extractor and the ledger's patterns were worked out on the other two thirds)."""
+    return zlib.crc32(f"{transcript.corpus}:{transcript.name}".encode()) % 3 == 0
 
 
 def topic_query(source: str, probe: str, document_frequency: Counter[str], messages: int = 0) -> str:
     """Two distinctive words of ``source`` that are not part of ``probe``: the rarest in the transcript
     (then the longest), leaving out words in more than a fifth of its ``messages`` (a wrapper such as
     "returncode" in every tool output distinguishes nothing); '' when the message has no such word."""
-    inside = _flat(probe)
+    inside = flat(probe)
     words = {w.lower() for w in _WORD.findall(source)} - _STOP
     common = messages * _COMMON_SHARE if messages else float("inf")
     candidates = [w for w in words if w not in inside and document_frequency[w] <= common]
@@ -132,11 +149,11 @@ def _topic(texts: dict[int, str], seq: int, probe: str, frequency: Counter[str])
     return own, 0
 
 
-def _sample(facts: list[Fact], limit: int) -> list[Fact]:
-    if limit <= 0 or len(facts) <= limit:
-        return facts
-    step = len(facts) / limit
-    return [facts[int(i * step)] for i in range(limit)]
+def _sample(probes: list[Probe], limit: int) -> list[Probe]:
+    if limit <= 0 or len(probes) <= limit:
+        return probes
+    step = len(probes) / limit
+    return [probes[int(i * step)] for i in range(limit)]
 
 
 async def _store_and_compress(store: Store, transcript: Transcript) -> tuple[str, Messages, Any, int]:
@@ -160,61 +177,46 @@ async def _store_and_compress(store: Store, transcript: Transcript) -> tuple[str
     return record.id, framed, result, first_seq
 
 
-async def _found_in(store: Store, session_id: str, query: str, probe: str, *,
-                    shift: int = 0) -> tuple[bool, bool]:
-    """(probe in a hit's snippet, probe in one of the top hits read whole — with the ``shift`` messages
-    after it, or before it when negative)."""
-    if not query:
-        return False, False
-    hits = await store.search(query, session_ids=[session_id], skip_active_of=session_id, limit=8,
-                              redact=redact_secrets)
-    flat = _flat(probe)
-    in_snippet = any(flat in _flat(h.snippet) for h in hits)
-    if in_snippet:
-        return True, True
-    for hit in hits[:_READ_TOP]:
-        opened = await store.messages.around([session_id], hit.seq, after=max(shift, 0), before=max(-shift, 0))
-        if any(flat in _flat(redact_secrets(plain_text(r.message))) for r in opened):
-            return False, True
-    return False, False
-
-
 async def measure_transcript(store: Store, transcript: Transcript, sample: int) -> TranscriptResult:
-    """Compress one transcript through ``store`` and score its facts (see the module docstring)."""
+    """Compress one transcript through ``store`` and score both fact sets (see the module docstring)."""
     session_id, framed, result, first_seq = await _store_and_compress(store, transcript)
-    cells: dict[str, Cell] = defaultdict(Cell)
+    cells: dict[str, dict[str, Cell]] = {name: defaultdict(Cell) for name in FACT_SETS}
+    scored = TranscriptResult(cells, result.tokens_before, result.tokens_after)
     if not result.compressed:
-        return TranscriptResult(cells, result.tokens_before, result.tokens_after)
+        return scored
     offset = 1 if framed and framed[0].get("role") == "system" else 0
     head, tail = framed[: result.head_end], framed[result.tail_start :]
     middle = framed[result.head_end : result.tail_start]
-    outside = _flat("\n".join(plain_text(m) for m in (*head, *tail)))
-    window = _flat("\n".join(plain_text(m) for m in result.messages))
+    outside = flat("\n".join(plain_text(m) for m in (*head, *tail)))
+    window_lines = [flat(line) for m in result.messages for line in plain_text(m).splitlines()]
+    window = flat("\n".join(window_lines))
     texts = {first_seq + i - offset: plain_text(m) for i, m in enumerate(framed) if i >= offset}
     frequency: Counter[str] = Counter()
     for text in texts.values():
         frequency.update({w.lower() for w in _WORD.findall(text)})
-    facts = extract_facts(middle, lambda i: first_seq + result.head_end + i - offset)
-    at_risk: dict[str, list[Fact]] = defaultdict(list)
-    for fact in facts:
-        probe = probe_of(fact)
-        if len(probe) >= 3 and _flat(probe) not in outside:
-            at_risk[fact.kind].append(fact)
-    for kind, kind_facts in at_risk.items():
-        cell = cells[kind]
-        for fact in _sample(kind_facts, sample):
-            probe = probe_of(fact)
-            cell.facts += 1
-            kept = _flat(probe) in window
-            cell.kept += kept
-            exact, _ = await _found_in(store, session_id, probe, probe)
-            cell.exact += exact
-            query, shift = _topic(texts, fact.seq, probe, frequency)
-            topic, read = await _found_in(store, session_id, query, probe, shift=shift)
-            cell.topic += topic
-            cell.topic_read += read
-            cell.reachable += kept or read
-    scored = TranscriptResult(cells, result.tokens_before, result.tokens_after)
+    seq_of = {i: first_seq + result.head_end + i - offset for i in range(len(middle))}
+    fact_sets = {"ledger": ledger_probes(extract_facts(middle, seq_of.__getitem__)),
+                 "outside": outside_probes(outside_facts(middle), seq_of)}
+    tools = RecallTools(store, session_id)
+    for name, probes in fact_sets.items():
+        at_risk: dict[str, list[Probe]] = defaultdict(list)
+        for probe in probes:
+            if len(probe.text) >= 3 and flat(probe.text) not in outside:
+                at_risk[probe.kind].append(probe)
+        for kind, kind_probes in at_risk.items():
+            cell = cells[name][kind]
+            for probe in _sample(kind_probes, sample):
+                cell.facts += 1
+                kept = is_kept(probe, window, window_lines)
+                cell.kept += kept
+                cell.exact += await tools.exact(probe)
+                query, shift = _topic(texts, probe.seq, probe.text, frequency)
+                topic, read = await tools.topic(probe, query, shift)
+                cell.topic += topic
+                cell.topic_read += read
+                cell.reachable += kept or read
+                if name == "outside" and not (kept and read):
+                    scored.missed.append((transcript.name, probe, kept))
     if transcript.corpus == "locomo":
         await _locomo(store, session_id, transcript, scored, result, offset, first_seq, frequency)
     return scored
@@ -242,60 +244,82 @@ def _pct(part: int, whole: int) -> str:
     return f"{part / whole:6.1%}" if whole else "     -"
 
 
-def _print_table(rows: dict[str, dict[str, Cell]]) -> dict[str, Cell]:
-    print(f"{'corpus':<14}{'kind':<12}{'facts':>7}{'kept':>8}{'exact':>8}{'topic':>8}{'topic+read':>12}"
-          f"{'reachable':>11}")
-    totals: dict[str, Cell] = defaultdict(Cell)
-    for corpus, cells in rows.items():
-        for kind in FACT_KINDS:
-            cell = cells.get(kind)
-            if cell is None or not cell.facts:
+def _row(cell: Cell | None) -> str:
+    if cell is None or not cell.facts:
+        return f"{'':>7}{'':>8}{'':>8}{'':>12}{'':>11}"
+    return (f"{cell.facts:>7}{_pct(cell.kept, cell.facts):>8}{_pct(cell.exact, cell.facts):>8}"
+            f"{_pct(cell.topic_read, cell.facts):>12}{_pct(cell.reachable, cell.facts):>11}")
+
+
+def _print_table(rows: dict[str, dict[str, dict[str, Cell]]]) -> dict[str, dict[str, Cell]]:
+    """One line per corpus and kind, the ledger's facts and the outside ones side by side; the totals."""
+    columns = f"{'facts':>7}{'kept':>8}{'exact':>8}{'topic+read':>12}{'reachable':>11}"
+    print(f"{'':<22}{'the ledger’s own facts':^46}   {'outside facts':^46}")
+    print(f"{'corpus':<12}{'kind':<10}{columns}   {columns}")
+    totals: dict[str, dict[str, Cell]] = {name: defaultdict(Cell) for name in FACT_SETS}
+    for corpus, sets in [*rows.items(), ("all", totals)]:
+        for kind in KIND_ORDER:
+            if not any(sets[name].get(kind) and sets[name][kind].facts for name in FACT_SETS):
                 continue
-            totals[kind].add(cell)
-            print(f"{corpus:<14}{kind:<12}{cell.facts:>7}{_pct(cell.kept, cell.facts):>8}"
-                  f"{_pct(cell.exact, cell.facts):>8}{_pct(cell.topic, cell.facts):>8}"
-                  f"{_pct(cell.topic_read, cell.facts):>12}{_pct(cell.reachable, cell.facts):>11}")
-    for kind in FACT_KINDS:
-        cell = totals.get(kind)
-        if cell is not None and cell.facts:
-            print(f"{'all':<14}{kind:<12}{cell.facts:>7}{_pct(cell.kept, cell.facts):>8}"
-                  f"{_pct(cell.exact, cell.facts):>8}{_pct(cell.topic, cell.facts):>8}"
-                  f"{_pct(cell.topic_read, cell.facts):>12}{_pct(cell.reachable, cell.facts):>11}")
+            if corpus != "all":
+                for name in FACT_SETS:
+                    if kind in sets[name]:
+                        totals[name][kind].add(sets[name][kind])
+            print(f"{corpus:<12}{kind:<10}{_row(sets['ledger'].get(kind))}   {_row(sets['outside'].get(kind))}")
     return totals
 
 
-def _verdicts(totals: dict[str, Cell], long_ratio: float | None) -> list[str]:
+def _verdicts(totals: dict[str, dict[str, Cell]], long_ratio: float | None) -> list[str]:
     lines = []
-    for kind, target in TARGET_KEPT.items():
-        cell = totals.get(kind)
-        if cell and cell.facts:
-            share = cell.kept / cell.facts
-            lines.append(f"kept {kind}: {share:.1%} (target ≥ {target:.0%}) {'met' if share >= target else 'NOT met'}")
-    for kind in FACT_KINDS:
-        cell = totals.get(kind)
-        if cell and cell.facts:
-            share = cell.topic_read / cell.facts
-            lines.append(f"topic+read {kind}: {share:.1%} (target ≥ {TARGET_REACHABLE:.0%}) "
-                         f"{'met' if share >= TARGET_REACHABLE else 'NOT met'}")
+    for name in FACT_SETS:
+        for kind, target in TARGET_KEPT.items():
+            cell = totals[name].get(kind)
+            if cell and cell.facts:
+                share = cell.kept / cell.facts
+                lines.append(f"{name} kept {kind}: {share:.1%} (target ≥ {target:.0%}) "
+                             f"{'met' if share >= target else 'NOT met'}")
+        for kind in KIND_ORDER:
+            cell = totals[name].get(kind)
+            if cell and cell.facts:
+                share = cell.reachable / cell.facts
+                lines.append(f"{name} reachable {kind}: {share:.1%} (target ≥ {TARGET_REACHABLE:.0%}) "
+                             f"{'met' if share >= TARGET_REACHABLE else 'NOT met'}")
     if long_ratio is not None:
         lines.append(f"compression over {LONG_TOKENS // 1000}K tokens: {long_ratio:.1f}× (target ≥ {TARGET_RATIO:.0f}×) "
                      f"{'met' if long_ratio >= TARGET_RATIO else 'NOT met'}")
     return lines
 
 
-async def run(kinds: Iterable[str], sample: int, root: Path | None = None) -> int:
-    """Measure every transcript of ``kinds`` and print the tables; 0 (figures, not a pass/fail test)."""
-    rows: dict[str, dict[str, Cell]] = defaultdict(lambda: defaultdict(Cell))
+def _print_misses(missed: list[tuple[str, Probe, bool]], per_kind: int) -> None:
+    """Up to ``per_kind`` outside facts of each kind the window lost and no search reached."""
+    shown: Counter[str] = Counter()
+    print("\nOutside facts not reachable (not kept, not found by topic + read):")
+    for name, probe, _ in missed:
+        if shown[probe.kind] < per_kind:
+            shown[probe.kind] += 1
+            code = f"  [exit {probe.code}]" if probe.code else ""
+            print(f"  {probe.kind:<8} {name} #{probe.seq}: {probe.text[:150]}{code}")
+
+
+async def run(kinds: Iterable[str], sample: int, root: Path | None = None, *, part: str = "all",
+              misses: int = 0) -> int:
+    """Measure every transcript of ``kinds`` (of ``part``) and print the tables; 0 (figures, not a pass/fail test)."""
+    rows: dict[str, dict[str, dict[str, Cell]]] = defaultdict(lambda: {n: defaultdict(Cell) for n in FACT_SETS})
     ratios: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
     long_before = long_after = 0
     evidence = [0, 0, 0]
+    unreached: list[tuple[str, Probe, bool]] = []
     with tempfile.TemporaryDirectory(prefix="concord-reach-") as tmp:
         store = await Store.open(f"sqlite+aiosqlite:///{tmp}/reach.db")
         try:
             for transcript in iter_transcripts(root, kinds=kinds):
+                if part != "all" and held_out(transcript) != (part == "held-out"):
+                    continue
                 scored = await measure_transcript(store, transcript, sample)
-                for kind, cell in scored.cells.items():
-                    rows[transcript.corpus][kind].add(cell)
+                for name, cells in scored.cells.items():
+                    for kind, cell in cells.items():
+                        rows[transcript.corpus][name][kind].add(cell)
+                unreached += [m for m in scored.missed if not m[2]]
                 figures = ratios[transcript.corpus]
                 figures[0] += 1
                 figures[1] += scored.tokens_before
@@ -311,6 +335,7 @@ async def run(kinds: Iterable[str], sample: int, root: Path | None = None) -> in
     if not ratios:
         print("bench.reachability: corpus not found; nothing to measure")
         return 0
+    print(f"transcripts: {part}\n")
     totals = _print_table(rows)
     print()
     for corpus, (count, before, after) in ratios.items():
@@ -322,6 +347,8 @@ async def run(kinds: Iterable[str], sample: int, root: Path | None = None) -> in
     if evidence[0]:
         print(f"\nLoCoMo evidence turns in the compacted middle: {evidence[0]:,}; found by the question's own words "
               f"{_pct(evidence[1], evidence[0]).strip()} (in the top 3: {_pct(evidence[2], evidence[0]).strip()})")
+    if misses:
+        _print_misses(unreached, misses)
     print()
     print("\n".join(_verdicts(totals, long_ratio)))
     return 0
@@ -332,9 +359,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.reachability", description=__doc__.split("\n\n")[0])
     parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
     parser.add_argument("--sample", type=int, default=25,
-                        help="facts scored per kind and transcript, evenly spread (0 = all; default 25)")
+                        help="facts scored per kind, set and transcript, evenly spread (0 = all; default 25)")
+    parser.add_argument("--part", choices=PARTS, default="all",
+                        help="all transcripts, the held-out third nothing was tuned on, or the other two thirds")
+    parser.add_argument("--misses", type=int, default=0, metavar="N",
+                        help="also print N outside facts of each kind that were neither kept nor reached")
     args = parser.parse_args(argv)
-    return asyncio.run(run(args.kinds, args.sample))
+    return asyncio.run(run(args.kinds, args.sample, part=args.part, misses=args.misses))
 
 
 if __name__ == "__main__":

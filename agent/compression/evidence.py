@@ -45,7 +45,7 @@ __all__ = [
 FACT_KINDS = ("constraint", "error", "command", "path", "id", "url", "number")
 
 # Per message and kind: a directory listing or a log dump must not flood the ledger with one message.
-_PER_MESSAGE = {"constraint": 8, "error": 6, "command": 8, "path": 12, "id": 10, "url": 6, "number": 10}
+_PER_MESSAGE = {"constraint": 8, "error": 24, "command": 8, "path": 64, "id": 10, "url": 6, "number": 10}
 _MAX_FACT_CHARS = {"constraint": 300, "error": 500, "command": 300}
 _DEFAULT_MAX_CHARS = 200
 # Text beyond this is not scanned (a huge tool output is mostly data; its start and end carry the signal).
@@ -55,7 +55,7 @@ _COMMAND_KEYS = ("command", "cmd", "script")
 _PATH_KEYS = ("path", "file_path", "filepath", "filename", "target_file", "notebook_path")
 _EXIT_RE = re.compile(
     r"(?i)\b(?:exit(?:ed)?(?:\s+with)?(?:\s+code|\s+status)?|return\s*code|returncode|exit_code|status\s+code)"
-    r"[\s:=\"']{0,4}(-?\d{1,3})\b"
+    r"[\s:=\"'>]{0,4}(-?\d{1,3})\b"
 )
 # Messages whose facts the cache keeps (an entry holds a few short strings and a 16-byte digest).
 _CACHE_SIZE = 50_000

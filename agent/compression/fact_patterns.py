@@ -28,12 +28,15 @@ URL_RE = re.compile(r"https?://[^\s<>\"'`)\]}]+")
 _EXTENSIONS = (
     "py|pyi|js|jsx|ts|tsx|mjs|cjs|json|jsonl|ya?ml|toml|ini|cfg|conf|md|rst|txt|csv|tsv|log|sh|bash|zsh|ps1|"
     "c|h|cc|cpp|hpp|cs|go|rs|java|kt|swift|rb|php|pl|lua|sql|html?|css|scss|vue|svelte|xml|lock|env|"
-    "dockerfile|mk|gradle|proto|ipynb|patch|diff|service|timer|socket|deb|rpm|tar|gz|tgz|zip|so|dll|exe|iso|img"
+    "dockerfile|mk|gradle|proto|ipynb|patch|diff|service|timer|socket|deb|rpm|tar|gz|tgz|zip|so|dll|exe|iso|img|"
+    "o|a|cu|cuh|out|bin|whl|egg|jar|tmp|bak|orig|rej|pyc|db|sqlite|pem|crt|png|jpe?g|gif|svg|pdf|mp3|mp4|cab|bz2|xz"
 )
-_EXTENSION_SET = frozenset(_EXTENSIONS.replace("ya?ml", "yml|yaml").replace("html?", "htm|html").split("|"))
+_EXTENSION_SET = frozenset(_EXTENSIONS.replace("ya?ml", "yml|yaml").replace("html?", "htm|html")
+                           .replace("jpe?g", "jpg|jpeg").split("|"))
 # A whole token that is an absolute/relative path of 2+ segments, or a name with a known extension.
 _PATH_RE = re.compile(
     rf"(?:(?:~|\.{{1,2}})?/(?:[\w.+@-]+/)*[\w.+@-]+(?:/[\w.+@-]+)+/?"     # /usr/bin/env, ./a/b, ~/x/y
+    rf"|(?:~|\.{{1,2}})/[\w.+@-]+/?"                                     # ./configure, ~/.bashrc
     rf"|(?:[\w.+@-]+/)+[\w.+@-]+\.(?:{_EXTENSIONS})"                  # src/app.py
     rf"|~?/[\w.+@-]+\.(?:{_EXTENSIONS})"                              # /etc.conf
     rf"|[\w+@-][\w.+@-]*\.(?:{_EXTENSIONS}))",                        # config.py
@@ -73,38 +76,64 @@ ERROR_RE = re.compile(
     r"^\s*(?:E\s+)?(?:"
     r"(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Fault)\b(?::|$|\s*\()"
     r"|(?:error|fatal|panic|FATAL|ERROR|Error)(?:\[\w+\])?:\s"
-    r"|FAILED\s|npm ERR!|E:\s|Segmentation fault|command not found|No such file or directory"
-    r"|.*?:\s(?:command not found|No such file or directory|Permission denied)$"
+    r"|(?:Error|ERROR|error)\s[^:\n]{1,50}:\s"                         # "Error fetching result: …"
+    r"|FAILED\s|FAIL:\s|ERROR\s+\S+::|--- FAIL:\s|npm ERR!|E:\s"      # test runners' failing tests, npm, apt
+    r"|.*?\S:(?:\d+:)*\s(?:fatal\s)?error:\s"              # "src/a.c:3:1: error: …", "dpkg: error: …"
+    r"|.*?\s\.\.\.\s(?:FAIL|ERROR)$"                                   # unittest -v: "test_x (m.C) ... FAIL"
+    # The C library's and the shell's messages, wherever a line holds them (a user pastes them into a sentence).
+    r"|.*?(?:command not found|No such file or directory|No such device|Permission denied|Segmentation fault)"
     r")"
+)
+# A Python traceback ends with its exception at the margin, whatever the exception's name.
+_TRACEBACK = "Traceback (most recent call last)"
+_TRACEBACK_SKIP = ("During handling of the above exception", "The above exception was the direct cause")
+# A tool result the platform marked as failed (Claude Code's is_error): its first line says why.
+FAILED_RESULT_MARK = "[error]"
+
+# A command a chat user types on a line of its own: after a shell prompt ("$ ls -la") or starting with sudo,
+# maybe after the nick it is addressed to ("bob: sudo apt-get install samba"); "sudo is …" is talk about sudo.
+_TYPED_COMMAND_RE = re.compile(
+    r"(?m)^[ \t]*(?:[^\s:,]{1,32}[:,][ \t]+)?"
+    r"(?P<command>\$[ \t]+[a-z./~][^\n]*"
+    r"|sudo[ \t]+(?!(?:or|and|is|it|the|a|to|for|if|not|will|can|should|works|only|again|access|rights)\b)"
+    r"[a-z./~-][^\n]*)"
 )
 
 # Cheap literal checks before the costlier scans: no cue word, no rule; no error word, no error line.
-_CUES = ("must", "never", "always", "don't", "do not", "dont", "prefer", "only", "avoid", "make sure", "shall",
-         "should", "必须", "务必", "一定", "不", "禁止", "请勿", "千万", "永远", "始终", "只", "别", "优先", "喜欢",
+_CUES = ("must", "never", "always", "don't", "don’t", "do not", "dont", "prefer", "only", "avoid", "make sure", "shall",
+         "should", "be sure", "remember to", "rather", "必须", "务必", "一定", "不", "禁止", "请勿", "千万", "永远", "始终", "只", "别", "优先", "喜欢",
          "偏好", "宁可", "一律")
 _CUE_RE = re.compile("|".join(map(re.escape, _CUES)))  # one scan of the lower-cased text
 _MAX_ERROR_LINES = 400
 _ISSUE_WORDS = ("PR", "pull request", "issue", "Issue", "ticket", "Ticket", "bug", "Bug", "MR")
 _ERROR_WORDS = ("Error", "Exception", "error", "ERROR", "FAIL", "fatal", "FATAL", "panic", "ERR!", "E:",
-                "Exit", "Interrupt", "Failure", "Fault", "fault", "not found", "No such file", "Permission denied")
+                "Exit", "Interrupt", "Failure", "Fault", "fault", "not found", "No such", "Permission denied",
+                "Traceback")
 _ERROR_WORD_RE = re.compile("|".join(map(re.escape, _ERROR_WORDS)))
 
 # --- constraints ---------------------------------------------------------------------------------------
 
-_SENTENCE_RE = re.compile(r"[^.!?。！？\n]+[.!?。！？]*")
+# A sentence ends at . ! ? followed by a space or the end, not inside "127.0.0.1", "a.py" or a URL.
+# (Runs of plain characters as one step: a step per character is five times slower; the pattern cannot fail once
+# it has begun, so the runs never backtrack.)
+_SENTENCE_RE = re.compile(r"(?:[^.!?。！？\n]+|[.!?](?=[^\s.!?]))+[.!?。！？]*")
 _EN_RULE = re.compile(
     r"(?ix)"
-    r"(?:^|\b(?:please|pls|you|we|i|they|it|this|that|everything|everyone|nobody|the\s+\w+)\s+)"
+    # At the sentence's start, after a subject, or in passing: after a comma, a dash or a conjunction.
+    r"(?:^|[,;:(\u2013\u2014-]\s*"
+    r"|\b(?:please|pls|you|we|i|they|it|this|that|everything|everyone|nobody|the\s+\w+|and|but|so|then|also"
+    r"|just|or)\s+"
+    r"|\b(?:i|we)(?=['’]d\s))"
     r"(?:"
-    r"(?:must|mustn't|must\s+not|shall\s+not|should\s+never|should\s+always|should\s+not|shouldn't)\b"
+    r"(?:must|mustn['’]t|must\s+not|shall\s+not|should\s+never|should\s+always|should\s+not|shouldn['’]t)\b"
     r"|(?:always|never)\s+(?!mind\b|heard\b|seen\b|knew\b|thought\b|been\b|had\b|was\b|were\b|did\b|got\b"
     r"|really\b|ever\b|again\b|before\b|once\b|in\b|the\b|a\b)\w+"
-    r"|(?:don't|do\s+not|dont)\s+(?!know\b|think\b|understand\b|care\b|remember\b|see\b|get\b|have\b|mind\b"
-    r"|worry\b|bother\b|believe\b|recall\b|mean\b|quite\b|really\b|even\b)\w+"
+    r"|(?:don['’]t|do\s+not|dont)\s+(?!know\b|think\b|understand\b|care\b|remember\b|see\b|get\b|have\b"
+    r"|mind\b|worry\b|believe\b|recall\b|mean\b|quite\b|really\b|even\b)\w+"
     r"|(?:only)\s+(?:use|answer|reply|respond|write|output|return|run|touch|edit|modify|change|commit|deploy|"
     r"push|call|speak|talk|ever)\b"
-    r"|(?:prefer|would\s+prefer|'d\s+prefer)\b"
-    r"|make\s+sure\b|avoid\b"
+    r"|(?:prefer|(?:would|['’]d)\s+(?:much\s+)?(?:prefer|rather))\b"
+    r"|make\s+sure\b|be\s+sure\b|remember\s+to\b|avoid\b"
     r")"
 )
 # "I must say", "I must admit": opinions, not rules.
@@ -112,7 +141,7 @@ _EN_NOT_RULE = re.compile(
     r"(?i)\b(?:must\s+(?:say|admit|confess|have|'ve|be\s+(?:kidding|joking|nice|fun|great|hard|tough)|"
     r"be\s+(?:a|an|the|some|my|your|his|her|that|this)\b)|never\s+mind|nevermind|i\s+never\b|"
     r"i\s+always\s+(?:forget|forgot|wonder|wondered|thought|liked|loved|hated|get|got|had|was|knew)\b|"
-    r"i\s+(?:don't|do\s+not)\s+(?:know|think|understand|care|remember|see|get))"
+    r"i\s+(?:don['’]t|do\s+not)\s+(?:know|think|understand|care|remember|see|get))"
 )
 _ZH_RULE = re.compile(r"必须|务必|一定|不要|不许|不准|不能|禁止|请勿|千万|永远|始终|只能|只用|只回答|只说|只写|只改|只在|别|优先|更喜欢|偏好|宁可|一律")
 # Compounds in which those characters are not a rule: 别人 (others), 只是 (just), 不要紧 (never mind), …
@@ -130,7 +159,10 @@ def _is_constraint(sentence: str) -> bool:
         cleaned = _ZH_NOT_RULE.sub("", text)
         if _ZH_RULE.search(cleaned):
             return True
-    return bool(_EN_RULE.search(text)) and not _EN_NOT_RULE.search(text)
+    # An idiom ("I don't know", "never mind") rules out only the cue it holds, not a rule later in the sentence.
+    idioms = [m.span() for m in _EN_NOT_RULE.finditer(text)]
+    return any(not any(m.start() < end and start < m.end() for start, end in idioms)
+               for m in _EN_RULE.finditer(text))
 
 
 def extract_constraints(text: str) -> list[str]:
@@ -152,12 +184,38 @@ def _constraints(text: str) -> Iterator[str]:
         yield from extract_constraints(text)
 
 
+def _traceback_ends(text: str, starts: dict[int, str]) -> None:
+    """Add each Python traceback's last line (its exception, at the margin after the indented frames) to
+    ``starts`` (line start → line)."""
+    at = text.find(_TRACEBACK)
+    while at >= 0 and len(starts) < _MAX_ERROR_LINES:
+        start = text.find("\n", at) + 1
+        while 0 < start < len(text):
+            end = text.find("\n", start)
+            end = len(text) if end < 0 else end
+            line = text[start:end]
+            if line.strip() and not line[:1].isspace() and not line.startswith(("^", "~")):
+                if not line.startswith(_TRACEBACK_SKIP):
+                    starts[start] = line.strip()
+                break
+            start = end + 1
+        at = text.find(_TRACEBACK, at + len(_TRACEBACK))
+
+
 def _errors(text: str) -> Iterator[str]:
     """Error lines in text order; only lines holding an error word are tried (``str.find`` is fast, a
     line-by-line regex over a long log is not)."""
     if _ERROR_WORD_RE.search(text) is None:  # the fallback's gate: one scan instead of one per word
         return
     starts: dict[int, str] = {}
+    if text.startswith(FAILED_RESULT_MARK + "\n"):
+        first = len(FAILED_RESULT_MARK) + 1
+        while first < len(text) and text[first] == "\n":
+            first += 1
+        end = text.find("\n", first)
+        starts[first] = text[first : len(text) if end < 0 else end].strip()
+    if _TRACEBACK in text:
+        _traceback_ends(text, starts)
     for word in _ERROR_WORDS:
         at = text.find(word)
         while at >= 0 and len(starts) < _MAX_ERROR_LINES:
@@ -169,6 +227,14 @@ def _errors(text: str) -> Iterator[str]:
                 starts[start] = line.strip() if ERROR_RE.match(line) else ""
             at = text.find(word, end)
     yield from (line for _, line in sorted(starts.items()) if line)
+
+
+def _typed_commands(text: str) -> Iterator[str]:
+    if "sudo" in text or "$" in text:
+        for match in _TYPED_COMMAND_RE.finditer(text):
+            command = match.group("command").removeprefix("$").strip()
+            if " " in command and not command.endswith("?"):
+                yield command
 
 
 def _urls(text: str) -> Iterator[str]:
@@ -188,7 +254,7 @@ def _paths(text: str) -> Iterator[str]:
         if "/" not in path and path.rsplit(".", 1)[-1].lower() not in _EXTENSION_SET:
             continue
         # A bare "1.5" style version or "e.g" is not a file; a path has a letter in its last segment.
-        if _PATH_RE.fullmatch(path) and any(c.isalpha() for c in path.rsplit("/", 1)[-1]):
+        if _PATH_RE.fullmatch(path) and any(c.isalpha() for c in path.rstrip("/").rsplit("/", 1)[-1]):
             yield path
 
 
@@ -280,9 +346,11 @@ SCANNERS: tuple[Scanner, ...] = (
     Scanner("constraint", "constraint", b"|".join(caseless(cue) for cue in _CUES), _constraints, user_only=True,
             values=False),
     Scanner("error", "error", literals(_ERROR_WORDS), _errors, values=False),
+    Scanner("typed_command", "command", rb"sudo|\$", _typed_commands, user_only=True, values=False),
     Scanner("url", "url", rb"http", _urls),
-    # Two segments after a slash, or a known extension.
-    Scanner("path", "path", rb"/" + _SEGMENT + rb"+/" + _SEGMENT + rb"|\.(?:" + _GATE_EXTENSIONS + rb")", _paths),
+    # Two segments after a slash, "./" or "~/" and a segment, or a known extension.
+    Scanner("path", "path", rb"/" + _SEGMENT + rb"+/" + _SEGMENT + rb"|[.~]/" + _SEGMENT + rb"|\.(?:" + _GATE_EXTENSIONS
+            + rb")", _paths),
     Scanner("uuid", "id", _UUID_HINT_RE.pattern.encode(), _uuids),
     Scanner("hash", "id", rb"[0-9a-f]{7}", _hashes),
     Scanner("issue", "id", rb"(?:" + b"|".join(caseless(w) for w in ("pr", "pull request", "issue", "ticket", "bug", "mr"))

@@ -1,15 +1,19 @@
 """The evidence ledger: the exact facts of every compacted middle, bounded, merged into the summary.
 
-One fixed line per fact, ``- #SEQ LABEL: TEXT``, under the template section it belongs to (paths under
+One fixed line per fact, ``- #SEQ LABEL: TEXT`` — short facts of one message and kind share one, ``- #SEQ
+paths: a.py b.py`` (the label in the plural) — under the template section it belongs to (paths under
 Relevant Files, rules under Constraints & Preferences, everything else under Critical Context), plus one
 coverage line at the top of the summary saying which messages it replaced and how to look them up. The
 ledger is written by this code, never by the summary model: lines of this shape in a model's summary are
 removed and the deterministic ones put back, after the model's text.
 
 Bounded newest first by a token cap that scales with the summary budget. Each kind first gets its own share
-of the cap (so a flood of numbers from one log cannot push every rule out), then what is left goes kind by
-kind — rules, errors, commands, paths before identifiers, URLs and numbers — newest first. An iterative compression parses the previous summary's ledger and carries it over;
-when the cap is reached, the oldest entries go first.
+of the cap (so a flood of numbers from one log cannot push every rule out), and the rules and the errors at
+least their newest entry, however small the window (a 4K model's ledger is a few hundred tokens); then what
+is left goes kind by kind — rules, errors, commands, paths before identifiers, URLs and numbers — newest
+first. A command that failed (a non-zero exit) counts as an error: it is the error line of its tool result.
+An iterative compression parses the previous summary's ledger and carries it over; when the cap is reached,
+the oldest entries go first.
 """
 
 from __future__ import annotations
@@ -25,10 +29,12 @@ from agent.compression.summary import SECTIONS
 __all__ = [
     "LEDGER_SHARE",
     "Ledger",
+    "budget_kind",
     "build_ledger",
     "coverage_line",
     "ledger_cap",
     "ledger_line",
+    "ledger_lines",
     "parse_coverage",
     "parse_ledger",
     "select_facts",
@@ -43,13 +49,24 @@ LEDGER_SHARE = 1.0
 SCAN_PER_TOKEN = 40
 LABELS = {"constraint": "rule", "error": "error", "command": "cmd", "path": "path", "id": "id", "url": "url",
           "number": "num"}
-_KIND_OF = {label: kind for kind, label in LABELS.items()}
+# Short facts of one message and kind share a line, which spares each its "- #57 path: " (a third of a short
+# fact's tokens); the plural label says the text is a list: paths and URLs (none holds a space) separated by
+# a space, which costs no token, identifiers and numbers ("3.5 s", "PR #12") by " · ".
+GROUPED_LABELS = {"path": "paths", "id": "ids", "url": "urls", "number": "nums"}
+_SEPARATOR = {"path": " ", "url": " ", "id": " · ", "number": " · "}
+_KIND_OF = {label: kind for kind, label in (*LABELS.items(), *GROUPED_LABELS.items())}
 SECTION_OF = {"path": "Relevant Files", "constraint": "Constraints & Preferences"}
 _DEFAULT_SECTION = "Critical Context"
 # First-round share of the cap per kind; rules and errors are few and precious, numbers many and cheap.
-_QUOTA = {"constraint": 0.15, "error": 0.1, "command": 0.35, "path": 0.2, "id": 0.05, "url": 0.05, "number": 0.05}
+_QUOTA = {"constraint": 0.15, "error": 0.2, "command": 0.3, "path": 0.2, "id": 0.05, "url": 0.05, "number": 0.05}
+# Kinds whose newest entry goes in even when it alone is larger than the kind's share (while the cap allows).
+_AT_LEAST_ONE = frozenset({"constraint", "error"})
+# What is left of the cap goes to the kinds in this order: paths before commands, as a path costs a few tokens
+# on a shared line and a command a line of its own.
+_LEFTOVER_ORDER = ("constraint", "error", "path", "command", "id", "url", "number")
+_FAILED_RE = re.compile(r" → (?:exit (?!0$)-?\d+|failed)$")
 
-_LINE_RE = re.compile(rf"^- #(\d+) ({'|'.join(LABELS.values())}): (.+)$")
+_LINE_RE = re.compile(rf"^- #(\d+) ({'|'.join(sorted(_KIND_OF, key=len, reverse=True))}): (.+)$")
 _COVERAGE_RE = re.compile(r"^Messages #(\d+)–#(\d+) of this conversation were compacted\b.*$")
 _HEADER_RE = re.compile(r"^\s*#{1,4}\s*\**\s*(.+?)\s*\**\s*:?\s*$")
 _NONE_RE = re.compile(r"^\s*(?:[-*]\s*)?(?:none|n/a|nothing)\.?\s*$", re.I)
@@ -64,6 +81,33 @@ def ledger_cap(summary_budget: int) -> int:
 def ledger_line(fact: Fact) -> str:
     """The one fixed line of a fact."""
     return f"- #{fact.seq} {LABELS[fact.kind]}: {fact.text}"
+
+
+def _groupable(fact: Fact) -> bool:
+    separator = _SEPARATOR.get(fact.kind)
+    if separator is None:
+        return False
+    return not any(c.isspace() for c in fact.text) if separator == " " else separator not in fact.text
+
+
+def ledger_lines(facts: Sequence[Fact]) -> list[str]:
+    """The lines of ``facts``, in their order: a line per fact, the short facts of one message and kind on the
+    line of the first of them."""
+    groups: dict[tuple[int, str], list[Fact]] = {}
+    for fact in facts:
+        if _groupable(fact):
+            groups.setdefault((fact.seq, fact.kind), []).append(fact)
+    lines: list[str] = []
+    for fact in facts:
+        group = groups.pop((fact.seq, fact.kind), None) if _groupable(fact) else [fact]
+        if group is None:
+            continue  # on its group's line already
+        if len(group) == 1:
+            lines.append(ledger_line(fact))
+        else:
+            texts = _SEPARATOR[fact.kind].join(f.text for f in group)
+            lines.append(f"- #{fact.seq} {GROUPED_LABELS[fact.kind]}: {texts}")
+    return lines
 
 
 def coverage_line(first: int, last: int) -> str:
@@ -89,7 +133,10 @@ def parse_ledger(body: str | None) -> list[Fact]:
     for line in (body or "").splitlines():
         match = _LINE_RE.match(line.strip())
         if match:
-            facts.append(Fact(_KIND_OF[match.group(2)], match.group(3), int(match.group(1))))
+            label, seq = match.group(2), int(match.group(1))
+            kind = _KIND_OF[label]
+            texts = match.group(3).split(_SEPARATOR[kind]) if label in GROUPED_LABELS.values() else [match.group(3)]
+            facts.extend(Fact(kind, text, seq) for text in texts if text)
     return facts
 
 
@@ -110,39 +157,59 @@ def merge_facts(older: Iterable[Fact], newer: Iterable[Fact]) -> list[Fact]:
     return sorted(best.values(), key=lambda f: f.seq)
 
 
+def budget_kind(fact: Fact) -> str:
+    """The kind whose share a fact takes: its own, but a command that failed is its result's error line."""
+    return "error" if fact.kind == "command" and _FAILED_RE.search(fact.text) else fact.kind
+
+
 def select_facts(facts: Sequence[Fact], cap_tokens: int, cost: Callable[[str], int]) -> list[Fact]:
-    """The facts that fit ``cap_tokens``: newest first per kind within its quota, then the rest of the cap kind
-    by kind (in `FACT_KINDS` order), newest first; returned in message order."""
+    """The facts that fit ``cap_tokens``: newest first per kind within its quota (the newest rule and error
+    even beyond it), then the rest of the cap kind by kind (in `FACT_KINDS` order), newest first; returned in
+    message order. A failed command takes the errors' share (`budget_kind`)."""
     by_kind: dict[str, list[tuple[int, Fact]]] = {kind: [] for kind in FACT_KINDS}
     for index, fact in enumerate(facts):
-        by_kind[fact.kind].append((index, fact))
-    prices: dict[int, int] = {}
+        by_kind[budget_kind(fact)].append((index, fact))
+    prices: dict[tuple[int, bool], int] = {}
+    chosen: set[int] = set()
+    opened: set[tuple[int, str]] = set()  # the (message, kind) lines a chosen short fact has started
 
     def price_of(index: int, fact: Fact) -> int:
-        if index not in prices:
-            prices[index] = cost(ledger_line(fact)) + 1
-        return prices[index]
+        """What the fact adds: its own line (a list's line, for a short one), or its place on a line started."""
+        joins = _groupable(fact) and (fact.seq, fact.kind) in opened
+        if (index, joins) not in prices:
+            if joins:
+                prices[index, joins] = cost(_SEPARATOR[fact.kind] + fact.text)
+            elif _groupable(fact):
+                prices[index, joins] = cost(f"- #{fact.seq} {GROUPED_LABELS[fact.kind]}: {fact.text}") + 1
+            else:
+                prices[index, joins] = cost(ledger_line(fact)) + 1
+        return prices[index, joins]
 
-    chosen: set[int] = set()
+    def take(index: int, fact: Fact) -> None:
+        chosen.add(index)
+        if _groupable(fact):
+            opened.add((fact.seq, fact.kind))
+
     used = 0
     for kind in FACT_KINDS:
         quota, spent = int(cap_tokens * _QUOTA[kind]), 0
         for index, fact in reversed(by_kind[kind]):
             price = price_of(index, fact)
-            if spent + price > quota:
+            beyond_share = spent + price > quota and not (not spent and kind in _AT_LEAST_ONE)
+            if beyond_share or used + spent + price > cap_tokens:
                 break
-            chosen.add(index)
+            take(index, fact)
             spent += price
         used += spent
     # What is left goes kind by kind in the same order (what a continuing agent needs most first), newest first.
-    for kind in FACT_KINDS:
+    for kind in _LEFTOVER_ORDER:
         for index, fact in reversed(by_kind[kind]):
             if index in chosen:
                 continue
             price = price_of(index, fact)
             if used + price > cap_tokens:
                 continue
-            chosen.add(index)
+            take(index, fact)
             used += price
     return [facts[i] for i in sorted(chosen)]
 
@@ -178,10 +245,13 @@ def _insert_section(lines: list[str], title: str, entries: list[str]) -> list[st
 
 def with_ledger(body: str, facts: Sequence[Fact], coverage: tuple[int, int] | None) -> str:
     """``body`` with the coverage line first and each fact's line at the end of its section (sections the
-    body lacks are added in template order); earlier ledger lines in ``body`` are replaced."""
-    lines = strip_ledger(body).splitlines()
+    body lacks are added in template order); earlier ledger lines in ``body`` are replaced, and a bullet that
+    is only a fact's text (the static summary's file list) gives way to the fact's line."""
+    known = {fact.text for fact in facts}
+    lines = [line for line in strip_ledger(body).splitlines()
+             if not (line.startswith("- ") and line[2:].strip() in known)]
     for title in ("Constraints & Preferences", "Relevant Files", _DEFAULT_SECTION):
-        entries = [ledger_line(f) for f in facts if SECTION_OF.get(f.kind, _DEFAULT_SECTION) == title]
+        entries = ledger_lines([f for f in facts if SECTION_OF.get(f.kind, _DEFAULT_SECTION) == title])
         if entries:
             lines = _insert_section(lines, title, entries)
     text = "\n".join(lines).strip()

@@ -7,8 +7,9 @@ from collections import Counter
 from pathlib import Path
 
 from agent.compression.evidence import Fact
+from bench._reach_probe import Probe, is_kept, ledger_probes
 from bench.corpus import Transcript
-from bench.reachability import measure_transcript, probe_of, topic_query
+from bench.reachability import held_out, measure_transcript, topic_query
 from gateway.store import Store
 
 
@@ -30,8 +31,10 @@ def _transcript() -> Transcript:
 
 
 def test_probe_and_topic_query_never_use_the_fact_itself() -> None:
-    assert probe_of(Fact("command", "pytest -q → exit 1", 3)) == "pytest -q"
-    assert probe_of(Fact("error", "ValueError: long…", 3)) == "ValueError: long"
+    probes = ledger_probes([Fact("command", "pytest -q → exit 1", 3), Fact("error", "ValueError: long…", 3),
+                            Fact("constraint", "never push", 4)])
+    assert [(p.kind, p.text) for p in probes] == [("command", "pytest -q"), ("error", "ValueError: long"),
+                                                 ("rule", "never push")]
     frequency = Counter({"rebalancing": 5, "cluster": 1, "while": 9})
     query = topic_query("KeyError: 'shard_3' while rebalancing cluster", "KeyError: 'shard_3'", frequency)
     assert query == "cluster rebalancing"
@@ -45,9 +48,25 @@ async def test_facts_of_the_compacted_middle_are_kept_and_reachable(tmp_path: Pa
     finally:
         await store.aclose()
     assert scored.tokens_after < scored.tokens_before
-    for kind in ("command", "path", "error", "constraint"):
-        cell = scored.cells[kind]
-        assert cell.facts > 0, kind
-        assert cell.kept >= 0.8 * cell.facts, kind     # the bounded ledger kept (nearly) all of them
-        assert cell.exact == cell.facts, kind          # the store finds each by its exact text
-        assert cell.reachable == cell.facts, kind      # and what the ledger dropped, a topic search reaches
+    for fact_set in ("ledger", "outside"):
+        for kind in ("command", "path", "error", "rule"):
+            cell = scored.cells[fact_set][kind]
+            assert cell.facts > 0, (fact_set, kind)
+            assert cell.kept >= 0.8 * cell.facts, (fact_set, kind)  # the bounded ledger kept (nearly) all of them
+            assert cell.exact == cell.facts, (fact_set, kind)       # the store finds each by its exact text
+            assert cell.reachable == cell.facts, (fact_set, kind)   # what the ledger dropped, a topic search reaches
+
+
+def test_a_command_that_failed_is_kept_only_with_its_exit_code() -> None:
+    probe = Probe("error", "pytest -q", 7, code="2", status="<returncode>2</returncode>")
+    lines = ["- #7 cmd: pytest -q → exit 2"]
+    assert is_kept(probe, lines[0], lines)
+    assert not is_kept(probe, "- #7 cmd: pytest -q → exit 1", ["- #7 cmd: pytest -q → exit 1"])
+    assert not is_kept(probe, "pytest -q\nexit 2", ["pytest -q", "exit 2"])
+
+
+def test_the_held_out_third_is_fixed_by_name() -> None:
+    names = [Transcript("irc", f"log{i}", []) for i in range(300)]
+    chosen = [t.name for t in names if held_out(t)]
+    assert 70 < len(chosen) < 130
+    assert chosen == [t.name for t in names if held_out(Transcript("irc", t.name, [{"role": "user"}]))]

@@ -7,10 +7,20 @@ from typing import Any
 
 import pytest
 
+from agent.compression import evidence
 from agent.compression.evidence import Fact, extract_constraints, extract_facts, facts_of_message
 
 RULES = [
     "Never push to main.",
+    "Fix the login bug, but don't touch the migrations.",
+    "Keep going, and always run the linter first.",
+    "jkiv: just extract the deb and install it, make sure to first remove openoffice from the repository",
+    "I'd rather use the staging database.",
+    "Be sure to tag the release.",
+    "Please remember to update the changelog.",
+    "I don't know why it broke, but never deploy on Fridays.",
+    "We don’t push on Fridays.",
+    "Make sure you add both a 127.0.0.1 line and a 127.0.1.1 line to /etc/hosts.",
     "You must use UTC timestamps in every log line.",
     "Please don't touch the migrations folder.",
     "Do not run the integration tests on the shared box.",
@@ -35,6 +45,7 @@ PROSE = [
     "Do you always do this?",
     "I never thought of that.",
     "Don't worry about it.",
+    "Or rather, the other one?",
     "这只是一个测试。",
     "一定是网络问题。",
     "别人也遇到过。",
@@ -84,13 +95,57 @@ def test_commands_carry_their_exit_status_and_errors_their_whole_line() -> None:
     assert found == Fact("error", " ".join(error.split()), 101)  # the exception line, whole; not "Traceback"
 
 
+ERRORS = [
+    "src/vsla.c:243:14: error: conflicting types for ‘vsla_fill’",
+    "dpkg: error: dpkg status database is locked by another process",
+    "FAIL: test_page_with_dash (i18n.tests.UnprefixedDefaultLanguageTests)",
+    "ERROR test_requests.py::TestRequests::test_cookie_persists_via_api",
+    "test_x (pkg.tests.Case) ... FAIL",
+    "Error fetching result: ON clause references tables to its right",
+    "rm: cannot remove 'a.py': No such file or directory",
+    "HrdwrBoB, I keep getting this: /lib/modules/2.6.8/build: No such file or directory.  Stop.",
+]
+
+
+@pytest.mark.parametrize("line", ERRORS)
+def test_error_lines_of_failed_runs_are_found_whole(line: str) -> None:
+    facts = facts_of_message({"role": "tool", "tool_call_id": "a", "content": f"collected 3 items\n{line}\ndone"}, 2)
+    assert Fact("error", " ".join(line.split()), 2) in facts
+
+
+def test_a_tracebacks_last_line_and_a_failed_results_message_are_error_lines() -> None:
+    traceback = ("Traceback (most recent call last):\n  File \"/testbed/app.py\", line 52, in <module>\n"
+                 "    path('admin/', admin.site.urls),\n                   ^^^^^^^^^^^^^^^\n"
+                 "django.core.exceptions.AppRegistryNotReady: Apps aren't loaded yet.\nok")
+    facts = facts_of_message({"role": "tool", "tool_call_id": "a", "content": traceback}, 3)
+    assert [f.text for f in facts if f.kind == "error"] == [
+        "django.core.exceptions.AppRegistryNotReady: Apps aren't loaded yet."]
+    marked = {"role": "tool", "tool_call_id": "b", "content": "[error]\nFile has not been read yet. Read it first."}
+    assert Fact("error", "File has not been read yet. Read it first.", 4) in facts_of_message(marked, 4)
+
+
+def test_a_commands_exit_code_in_mini_swe_agent_output() -> None:
+    messages = [{"role": "assistant", "content": "", "tool_calls": [_call("a", "bash", command="python x.py")]},
+                {"role": "tool", "tool_call_id": "a", "content": "<returncode>2</returncode>\n<output>\n</output>"}]
+    assert Fact("command", "python x.py → exit 2", 1) in extract_facts(messages, lambda i: i + 1)
+
+
+def test_commands_a_chat_user_types() -> None:
+    text = "bob: sudo apt-get install samba\n$ ls -la /srv\nsudo or gksudo if you use a GUI\nit costs $ 50"
+    facts = facts_of_message({"role": "user", "content": text}, 5)
+    assert [f.text for f in facts if f.kind == "command"] == ["sudo apt-get install samba", "ls -la /srv"]
+    assert not [f for f in facts_of_message({"role": "tool", "tool_call_id": "x", "content": text}, 6)
+                if f.kind == "command"]
+
+
 def test_paths_urls_ids_and_numbers_with_units() -> None:
     text = ("Deploy https://example.com/api/v2?x=1 now. The build took 3.5 s and used 512 MB; see src/app/main.py, "
-            "/etc/nginx/nginx.conf and config.yaml. Commit a1b2c3d4e, PR #123, version 1.2.3, booking ZFA04Y, "
+            "/etc/nginx/nginx.conf, ~/.bashrc, ./configure, /etc/init/ and config.yaml. Commit a1b2c3d4e, PR #123, version 1.2.3, booking ZFA04Y, "
             "user mia_li_3668, ticket OPS-1234, and/or whatever, then 42 plain.")
     facts = {(f.kind, f.text) for f in facts_of_message({"role": "user", "content": text}, 1)}
     assert {("url", "https://example.com/api/v2?x=1"), ("path", "src/app/main.py"),
-            ("path", "/etc/nginx/nginx.conf"), ("path", "config.yaml"), ("id", "a1b2c3d4e"), ("id", "PR #123"),
+            ("path", "/etc/nginx/nginx.conf"), ("path", "config.yaml"), ("path", "~/.bashrc"),
+            ("path", "./configure"), ("path", "/etc/init/"), ("id", "a1b2c3d4e"), ("id", "PR #123"),
             ("id", "1.2.3"), ("id", "ZFA04Y"), ("id", "mia_li_3668"), ("id", "OPS-1234"),
             ("number", "3.5 s"), ("number", "512 MB")} <= facts
     assert not {t for k, t in facts if t in ("and/or", "42")}
@@ -115,4 +170,4 @@ def test_one_message_cannot_flood_a_kind() -> None:
     listing = "\n".join(f"src/module_{i}/file_{i}.py" for i in range(500))
     paths = [f for f in facts_of_message({"role": "tool", "tool_call_id": "x", "content": listing}, 1)
              if f.kind == "path"]
-    assert 0 < len(paths) <= 12
+    assert 0 < len(paths) <= evidence._PER_MESSAGE["path"] < 500

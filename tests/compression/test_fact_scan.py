@@ -39,7 +39,8 @@ pytestmark = pytest.mark.skipif(not GATES.active, reason="hyperscan is not avail
 _WORDS = [*_CUES, *_ERROR_WORDS, *_ISSUE_WORDS, *_UNITS.split("|"), "pull request", "Traceback", "exit code 1",
           "E   ", "npm ERR!", "http://", "https://x.io/a", "src/app.py", "a.PY", "x.Kt", "v1.2", "1.2.3-rc1",
           "OPS-12", "mia_li_3668", "ZFA04Y", "deadbeef1", "0xFF", "[ 30%]", "$", "€", "£", "¥", "#", "##12", "don't",
-          "make sure", "I must say", "never mind", "别人", "不要", "只是"]
+          "make sure", "I must say", "never mind", "别人", "不要", "只是", "sudo", "$ ls", "./x", "[error]\n",
+          "a.c:3:1: error: ", "FAIL: ", "Traceback (most recent call last):\n", "  File", "I'd rather", "don’t", "~/.x"]
 _GLUE = [" ", "", "\n", "\t", ".", "/", "-", "_", ":", ",", "#", "=", "(", ")", "[", "]", "'", '"', "\u00a0",
          "\u3000", "\x1c", "\u2028"]
 _ODD = ["\u212a", "\u017f", "İ", "ı", "ß", "٣", "０", "९", "²", "µ", "°", "🙂", "\ud800", "é", "Ω"]
@@ -132,7 +133,7 @@ def test_a_cached_command_follows_its_result() -> None:
 
 
 def test_values_found_later_keep_the_order_and_caps_of_one_pass() -> None:
-    paths = " ".join(f"src/pkg_{i}/m.py" for i in range(20))
+    paths = " ".join(f"src/pkg_{i}/m.py" for i in range(100))
     message = {"role": "assistant", "content": f"Error: bad\n{paths}",
                "tool_calls": [_call("a", command="ls", path="src/pkg_3/m.py")]}
     clear_fact_cache()
@@ -142,7 +143,7 @@ def test_values_found_later_keep_the_order_and_caps_of_one_pass() -> None:
     later = facts_of_message(message, 9)
     assert later == whole and first == [f for f in whole if f.kind in ("command", "error")
                                         or f == Fact("path", "src/pkg_3/m.py", 9)]
-    assert len([f for f in whole if f.kind == "path"]) == 12
+    assert len([f for f in whole if f.kind == "path"]) == evidence._PER_MESSAGE["path"]
 
 
 def test_remembered_facts_are_assembled_without_a_scan(monkeypatch: pytest.MonkeyPatch) -> None:

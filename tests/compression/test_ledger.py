@@ -6,14 +6,18 @@ import json
 
 from agent.compression.evidence import Fact
 from agent.compression.ledger import (
+    budget_kind,
     coverage_line,
+    ledger_cap,
     ledger_line,
+    ledger_lines,
     parse_coverage,
     parse_ledger,
     select_facts,
     with_ledger,
 )
 from agent.compression.summary import summary_body
+from agent.compression.threshold import compute_threshold_tokens, output_reserve, summary_budget
 from agent.tokens import get_counter
 from tests.compression.helpers import ScriptedProvider, coding_session, make_compressor, user
 
@@ -34,6 +38,67 @@ def test_quotas_keep_rare_kinds_when_one_kind_floods() -> None:
     rule, error = Fact("constraint", "Never push to main.", 1), Fact("error", "ValueError: bad port", 2)
     kept = select_facts([rule, error, *numbers], 400, COUNT)
     assert rule in kept and error in kept
+
+
+def test_short_facts_of_one_message_share_a_line_and_parse_back() -> None:
+    facts = [Fact("path", "src/a.py", 5), Fact("number", "3 s", 5), Fact("path", "src/b.py", 5),
+             Fact("path", "odd name.txt", 5), Fact("number", "4 MB", 5), Fact("path", "src/c.py", 6),
+             Fact("command", "ls → exit 0", 6)]
+    lines = ledger_lines(facts)
+    assert lines == ["- #5 paths: src/a.py src/b.py", "- #5 nums: 3 s · 4 MB", "- #5 path: odd name.txt",
+                     "- #6 path: src/c.py", "- #6 cmd: ls → exit 0"]
+    assert sorted(parse_ledger("\n".join(lines)), key=facts.index) == facts
+
+
+def test_the_bound_holds_for_lines_shared_by_many_facts() -> None:
+    facts = [Fact(kind, f"{kind}_{i}/file_{i}.py" if kind == "path" else f"{i} ms", i // 7)
+             for i in range(700) for kind in ("path", "number")]
+    for cap in (200, 600, 3_000):
+        kept = select_facts(facts, cap, COUNT)
+        rendered = sum(COUNT(line) + 1 for line in ledger_lines(kept))
+        assert 0 < rendered <= cap and len(kept) > cap // 20
+
+
+def test_failed_commands_take_the_errors_share() -> None:
+    failed, ran = Fact("command", "pytest -q → exit 1", 9), Fact("command", "ls → exit 0", 9)
+    assert budget_kind(failed) == "error" and budget_kind(Fact("command", "make → failed", 9)) == "error"
+    assert budget_kind(ran) == "command" and budget_kind(Fact("command", "make → ran", 9)) == "command"
+    commands = [Fact("command", f"grep -n thing_{i} src/module_{i}.py → exit 0", 100 + i) for i in range(200)]
+    assert failed in select_facts([failed, *commands], 400, COUNT)
+
+
+def _about(tokens: int, kind: str, start: str, clause: str, seq: int) -> Fact:
+    text = start
+    while COUNT(ledger_line(Fact(kind, text, seq))) < tokens:
+        text += clause
+    return Fact(kind, text, seq)
+
+
+def test_rules_and_errors_keep_their_place_in_a_small_windows_ledger() -> None:
+    # The ledger of a 4K or 8K model is a few hundred tokens, each kind's share a few dozen: a rule or an
+    # error longer than its share, behind a flood of every other kind, still goes in, newest first.
+    flood = [Fact(kind, text, 10 + i) for i in range(300) for kind, text in
+             (("command", f"pytest tests/test_{i}.py → exit 0"), ("path", f"src/pkg/mod_{i}.py"),
+              ("number", f"{i} ms"), ("id", f"OPS-{1000 + i}"), ("url", f"https://ci.example.com/runs/{i}"))]
+    for window in (4_096, 8_192):
+        threshold = compute_threshold_tokens(window, 0.5, output_reserve(None, window))
+        cap = ledger_cap(summary_budget(20_000, window, threshold))
+        assert cap < 600
+        rule = _about(int(cap * 0.38), "constraint", "Never run the migrations on production", ", nor on staging", 3)
+        error = _about(int(cap * 0.38), "error", "ImproperlyConfigured: settings are not configured",
+                       "; define DJANGO_SETTINGS_MODULE", 4)
+        older = Fact("error", "KeyError: 'port'", 2)
+        kept = select_facts([older, rule, error, *flood], cap, COUNT)
+        assert rule in kept and error in kept and older not in kept, window
+        assert sum(COUNT(line) + 1 for line in ledger_lines(kept)) <= cap
+        assert len(kept) > 2  # the rest still get what is left
+
+
+def test_a_bullet_that_only_repeats_a_fact_gives_way_to_its_line() -> None:
+    body = "## Relevant Files\n- src/a.py\n- src/b.py (edited: the port)\n\n## Blocked\n- ValueError: bad port"
+    merged = with_ledger(body, [Fact("path", "src/a.py", 4), Fact("error", "ValueError: bad port", 6)], None)
+    assert merged.count("src/a.py") == 1 and "- #4 path: src/a.py" in merged
+    assert merged.count("ValueError: bad port") == 1 and "- src/b.py (edited: the port)" in merged
 
 
 def test_merge_puts_each_kind_in_its_section_after_the_models_text() -> None:
