@@ -38,7 +38,8 @@ from gateway.config_fallbacks import MAX_FALLBACKS, FallbackModel, check_model_n
 from gateway.config_mcp import ToolsSettings
 from gateway.masking import describe_value, mask_url, mask_urls
 
-__all__ = ["ConfigError", "Settings", "load_settings", "mask_url", "masked_dump", "unknown_env_sections"]
+__all__ = ["ConfigError", "Settings", "load_settings", "mask_url", "masked_dump", "summary_deadline_seconds",
+           "unknown_env_sections"]
 
 _Section = ConfigDict(extra="forbid", validate_default=True)
 # The largest windows offered today are 10M tokens; far beyond that a value is a typo, not a model.
@@ -127,6 +128,8 @@ class CompressionSettings(BaseModel):
     in_place: bool = True
     abort_on_summary_failure: bool = False
     autoraise: bool = True
+    # Compact in the background, after an answer was sent, once past the soft mark (`agent.compression.pacing`).
+    ahead_of_need: bool = True
 
 
 class AuxiliaryModel(BaseModel):
@@ -603,6 +606,11 @@ def load_settings(**overrides: Any) -> Settings:
     if unknown:
         raise ConfigError("\n".join(["invalid configuration:", *unknown]))
     return settings
+
+
+def summary_deadline_seconds(settings: Settings) -> float:
+    """How long one compaction may wait for its summary: twice the summary request's deadline."""
+    return 2 * (settings.auxiliary.compression.timeout_seconds or settings.llm.timeout_seconds)
 
 
 def masked_dump(settings: Settings) -> dict[str, Any]:

@@ -62,6 +62,7 @@ _KINDS: dict[str, str] = {
     "post_response": "agent: post_response",
     "recovery": "agent: recovery",
     "agent": "agent",
+    "ahead of need": "ahead of need",
 }
 
 
