@@ -458,6 +458,22 @@ class LimitsSettings(BaseModel):
     session_queue_depth: int = Field(default=20, ge=1, le=1000)
 
 
+class PricingSettings(BaseModel):
+    """What the model's tokens cost, in US dollars per million; with ``input`` and ``output`` set, /usage and
+    /stats show costs (summary calls priced like the agent's). Cache reads and writes cost ``input`` unless set."""
+
+    model_config = _Section
+    input: float | None = Field(default=None, ge=0, le=100_000)
+    output: float | None = Field(default=None, ge=0, le=100_000)
+    cache_read: float | None = Field(default=None, ge=0, le=100_000)
+    cache_write: float | None = Field(default=None, ge=0, le=100_000)
+
+    @property
+    def configured(self) -> bool:
+        """Whether costs can be told (``input`` and ``output`` are set)."""
+        return self.input is not None and self.output is not None
+
+
 class LoggingSettings(BaseModel):
     """Log output (see gateway/logsetup.py)."""
 
@@ -497,6 +513,7 @@ class Settings(BaseSettings):
     telegram: TelegramSettings = TelegramSettings()
     memory: MemorySettings = MemorySettings()
     limits: LimitsSettings = LimitsSettings()
+    pricing: PricingSettings = PricingSettings()
     logging: LoggingSettings = LoggingSettings()
     tools: ToolsSettings = ToolsSettings()
 
