@@ -29,7 +29,7 @@ from typing import Any
 
 from agent.compaction_steps import before_compaction
 from agent.compression.engine import CompressionResult
-from agent.compression.pacing import ahead_due, min_turns_between
+from agent.compression.pacing import ahead_due, min_turns_between, soft_mark
 from agent.compression.threshold import output_reserve, request_room
 from agent.events import EVENT_COMPRESS, AgentEvent, EventSink, emit_event
 from agent.lru import LruCache
@@ -131,10 +131,15 @@ class AheadCompactions:
         deadline and a margin), inside ``waiting`` (the chat's typing indicator), and runs on what is stored
         then."""
         rt = self.sessions.rt
-        here = self._running.get(live.id)
-        if not rt.settings.compression.enabled or (here is None and not await rt.locks.compression_running(live.id)):
+        if not rt.settings.compression.enabled:
             return live, False
-        if self._fits(live, incoming_tokens):
+        here, tokens = self._running.get(live.id), self._request_tokens(live)
+        # Only a session past its soft mark can be compacted ahead of need (its size only grows until that
+        # compaction is stored): below it, no lock backend round trip on a message's path.
+        if here is None and (tokens < soft_mark(live.engine.threshold_tokens)
+                             or not await rt.locks.compression_running(live.id)):
+            return live, False
+        if self._fits(live, tokens + incoming_tokens):
             return live, True
         log.info("a message in session %s waits for the compaction of the session that is running: its request "
                  "would not fit the window as it stands", live.id)
@@ -144,10 +149,11 @@ class AheadCompactions:
         log.info("session %s: the message waited %.1f s for the compaction", live.id, time.monotonic() - started)
         return await self.sessions.open(key, user_id), False
 
-    def _fits(self, live: LiveSession, incoming_tokens: int) -> bool:
+    @staticmethod
+    def _fits(live: LiveSession, tokens: int) -> bool:
+        """Whether a request of ``tokens`` leaves the answer its reserve in ``live``'s window."""
         window = live.engine.context_length
-        reserve = output_reserve(live.loop.max_tokens, window) or 0
-        return request_room(window, self._request_tokens(live) + incoming_tokens) >= reserve
+        return request_room(window, tokens) >= (output_reserve(live.loop.max_tokens, window) or 0)
 
     async def _wait(self, session_id: str, here: asyncio.Task[None] | None, bound_s: float) -> None:
         if here is not None:
