@@ -29,7 +29,7 @@ from typing import Any
 
 from agent.compaction_steps import before_compaction
 from agent.compression.engine import CompressionResult
-from agent.compression.pacing import ahead_due, min_turns_between, soft_mark
+from agent.compression.pacing import SOFT_MARK_MIN_SHARE, ahead_due, min_turns_between, turn_tokens
 from agent.compression.threshold import output_reserve, request_room
 from agent.events import EVENT_COMPRESS, AgentEvent, EventSink, emit_event
 from agent.lru import LruCache
@@ -45,7 +45,7 @@ from gateway.metrics import EVENT_COMPRESS_ABORTED
 from gateway.session import LiveSession, SessionManager
 from gateway.store import CompactionInfo, SessionEnded, StaleWatermark
 
-__all__ = ["AHEAD_REASON", "AheadCompactions", "turns_since_compaction"]
+__all__ = ["AHEAD_REASON", "AheadCompactions", "conversation_pace", "turns_since_compaction"]
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +63,16 @@ def turns_since_compaction(messages: Sequence[Mapping[str, Any]], last: Compacti
     if last is None or last.active_after is None:
         return None
     return sum(1 for m in messages[last.active_after:] if m.get("role") == "user")
+
+
+def conversation_pace(messages: Sequence[Mapping[str, Any]], counts: Sequence[int],
+                      last: CompactionInfo | None) -> tuple[int | None, int]:
+    """(turns since the last compaction, or None as `turns_since_compaction` says; the tokens a turn added, on
+    average, over those turns — or over the whole stored set when there are none to measure)."""
+    turns = turns_since_compaction(messages, last)
+    start = last.active_after if last is not None and last.active_after is not None and turns else 0
+    measured = turns if start else sum(1 for m in messages if m.get("role") == "user")
+    return turns, turn_tokens(counts[start:], measured)
 
 
 @dataclass(frozen=True)
@@ -102,8 +112,11 @@ class AheadCompactions:
         if not (compression.enabled and compression.ahead_of_need) or live.id in self._running \
                 or live.watermark < (self._retry_at.get(live.id) or 0) or engine.threshold_tokens <= 0:
             return False
+        held = live.held_counts
+        if held is None:
+            return False
         if not ahead_due(self._request_tokens(live), engine.threshold_tokens,
-                         turns_since_compaction(live.messages, live.last_compaction)):
+                         *conversation_pace(live.messages, held, live.last_compaction)):
             return False
         job = _Job(live.id, live.key, live.system_prompt, live.loop.schemas(), live.memory, engine.context_length,
                    engine.threshold_tokens)
@@ -136,7 +149,7 @@ class AheadCompactions:
         here, tokens = self._running.get(live.id), self._request_tokens(live)
         # Only a session past its soft mark can be compacted ahead of need (its size only grows until that
         # compaction is stored): below it, no lock backend round trip on a message's path.
-        if here is None and (tokens < soft_mark(live.engine.threshold_tokens)
+        if here is None and (tokens < live.engine.threshold_tokens * SOFT_MARK_MIN_SHARE
                              or not await rt.locks.compression_running(live.id)):
             return live, False
         if self._fits(live, tokens + incoming_tokens):
@@ -218,7 +231,7 @@ class AheadCompactions:
                                        message_tokens=sum(active.token_counts))
         # Decided again on what is stored: another worker may have compacted it since the answer was sent.
         if not ahead_due(tokens, engine.threshold_tokens,
-                         turns_since_compaction(active.messages, record.engine.last_compaction)):
+                         *conversation_pace(active.messages, active.token_counts, record.engine.last_compaction)):
             return None
         framed = [{"role": "system", "content": job.system_prompt}, *active.messages]
         counts = {"token_counts": [counter.count_message(framed[0]), *active.token_counts]} \

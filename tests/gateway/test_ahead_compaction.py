@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from agent.compression.pacing import soft_mark
+from agent.compression.pacing import soft_mark, turn_tokens
 from agent.compression.threshold import output_reserve, request_room
 from gateway.app import Gateway
 from gateway.keys import SessionKey
@@ -64,11 +64,13 @@ async def near_the_soft_mark(gateway: Gateway, chat_key: str = "dm:c1", *, thres
     rt = gateway.rt
     record = await rt.store.sessions.get_or_create_active("discord", chat_key)
     live = await gateway.sessions.open(SessionKey("discord", chat_key), "u1")
-    mark = live.engine.threshold_tokens if threshold else soft_mark(live.engine.threshold_tokens)
+    limit = live.engine.threshold_tokens
     used = rt.counter.count_request([], system=live.system_prompt, tools=live.loop.schemas())
     history, counts = [], []
     for message in chatter(600):
         count = rt.counter.count_message(message)
+        # The soft mark at the pace of the conversation so far (chatter: every turn about the same).
+        mark = limit if threshold else soft_mark(limit, turn_tokens(counts, len(counts) // 2))
         if used + count > mark - 40:
             break
         history.append(message)

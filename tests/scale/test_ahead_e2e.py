@@ -29,7 +29,7 @@ from tests.fakes.telegram_server import FakeTelegram
 from tests.gateway.conftest import SUMMARY_MARKER, is_summary_request
 from tests.scale.conftest import ClusterFactory
 
-# A small window (the threshold at 6,375 tokens, the soft mark at 5,418) and hygiene out of the way.
+# A small window (the threshold at 6,375 tokens; the soft mark three turns below it) and hygiene out of the way.
 SMALL = {"CONCORD_LLM__CONTEXT_LENGTH": 8000, "CONCORD_LLM__MAX_TOKENS": 500,
          "CONCORD_GATEWAY__HYGIENE_THRESHOLD": 1.0, "CONCORD_REDIS__LOCK_TIMEOUT_SECONDS": 3}
 FILL = " ".join(f"the migration plan step {n} moves shard {n % 7} after the schema check" for n in range(24))
