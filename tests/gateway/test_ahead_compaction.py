@@ -23,6 +23,7 @@ from tests.gateway.conftest import (
     chatter,
     is_summary_request,
 )
+from tests.gateway.test_console_adapter import until
 
 WINDOW = {"context_length": 8_192}
 # Long enough that one turn takes the session over its soft mark.
@@ -47,15 +48,6 @@ class Model:
         self.calls.append(line)
         self.chats.append(body)
         return Reply(f"answer to {line[:40]} {FILLER}")
-
-
-async def until(condition: Callable[[], bool], what: str, within_s: float = 20.0) -> None:
-    """Wait for ``condition`` (a failure says ``what`` never happened)."""
-    for _ in range(int(within_s / 0.02)):
-        if condition():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"{what} never happened")
 
 
 async def near_the_soft_mark(gateway: Gateway, chat_key: str = "dm:c1", *, threshold: bool = False) -> str:
@@ -103,7 +95,7 @@ async def start_compaction(gateway: Gateway, adapter: ScriptedAdapter, model: Mo
     session_id = await near_the_soft_mark(gateway, threshold=threshold)
     await adapter.say("first question")
     assert adapter.texts()[-1].startswith("answer to first question")
-    await until(lambda: "summary" in model.calls, "the compaction ahead of need")
+    await until(lambda: "summary" in model.calls, 20)
     assert gateway.router.ahead.running(session_id)
     return session_id
 
@@ -122,7 +114,7 @@ async def test_a_message_arriving_mid_compaction_is_answered_at_once_and_everyth
     assert SUMMARY_MARKER not in str(model.chats[-1]["messages"])  # answered from the context as it stood
 
     model.release.set()
-    await until(lambda: not gateway.router.ahead.running(session_id), "the end of the compaction")
+    await until(lambda: not gateway.router.ahead.running(session_id), 20)
     store = gateway.rt.store
     active = (await store.messages.load_active(session_id)).messages
     assert any(SUMMARY_MARKER in str(m["content"]) for m in active)
@@ -159,7 +151,7 @@ async def test_past_the_threshold_a_message_that_fits_is_answered_without_a_comp
     assert model.calls[-2:] == ["summary", "second question"]
     assert gateway.router.ahead.running(session_id)
     model.release.set()
-    await until(lambda: not gateway.router.ahead.running(session_id), "the end of the compaction")
+    await until(lambda: not gateway.router.ahead.running(session_id), 20)
     active = (await gateway.rt.store.messages.load_active(session_id)).messages
     assert user_lines(active)[-2:] == ["first question", "second question"]
     assert model.calls.count("summary") == 1
@@ -192,8 +184,8 @@ async def test_a_compaction_ahead_of_need_that_fails_changes_nothing_and_is_not_
     session_id = await near_the_soft_mark(gateway)
     before = (await gateway.rt.store.messages.load_active(session_id)).messages
     await adapter.say("first question")
-    await until(lambda: "summary" in model.calls, "the compaction ahead of need")
-    await until(lambda: not gateway.router.ahead.running(session_id), "the end of the compaction")
+    await until(lambda: "summary" in model.calls, 20)
+    await until(lambda: not gateway.router.ahead.running(session_id), 20)
     await adapter.say("second question")
     active = (await gateway.rt.store.messages.load_active(session_id)).messages
     assert active[:len(before)] == before

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from sqlalchemy import func, select
@@ -28,6 +26,7 @@ from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.fakes.telegram_server import FakeTelegram
 from tests.gateway.conftest import SUMMARY_MARKER, is_summary_request
 from tests.scale.conftest import ClusterFactory
+from tests.scale.test_loss_windows import _until
 
 # A small window (the threshold at 6,375 tokens; the soft mark three turns below it) and hygiene out of the way.
 SMALL = {"CONCORD_LLM__CONTEXT_LENGTH": 8000, "CONCORD_LLM__MAX_TOKENS": 500,
@@ -52,17 +51,6 @@ class Model:
         self.calls.append(line)
         self.chats.append(json.dumps(body["messages"]))
         return Reply(f"re: {line[:60]}")
-
-
-async def until(condition: Callable[[], Awaitable[bool] | bool], what: str, within_s: float = 60.0) -> None:
-    deadline = time.monotonic() + within_s
-    while True:
-        value = condition()
-        if await value if isinstance(value, Awaitable) else value:
-            return
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        await asyncio.sleep(0.05)
 
 
 class Chat:
@@ -132,8 +120,8 @@ async def test_a_worker_killed_mid_compaction_ahead_of_need_loses_and_doubles_no
     assert await reasons(database_url, chat) == []
 
     await chat.say("after the restart")  # its answer starts the next compaction ahead of need, stored this time
-    await until(lambda: model.calls.count("summary") == 2, "a second compaction ahead of need")
-    await until(lambda: reasons(database_url, chat), "the compaction stored")
+    await _until(lambda: model.calls.count("summary") == 2, 60, "a second compaction ahead of need")
+    await _until(lambda: reasons(database_url, chat), 60, "the compaction stored")
     assert await reasons(database_url, chat) == ["ahead of need"]
     await chat.say("and one more")
     assert SUMMARY_MARKER in model.chats[-1]
@@ -154,7 +142,7 @@ async def test_two_workers_answer_during_a_compaction_ahead_of_need_and_keep_the
     assert model.calls[-4:] == ["summary", "meanwhile 0", "meanwhile 1", "meanwhile 2"]
     assert not any(SUMMARY_MARKER in chat_ for chat_ in model.chats)
     model.release.set()
-    await until(lambda: reasons(database_url, chat), "the compaction stored")
+    await _until(lambda: reasons(database_url, chat), 60, "the compaction stored")
     await chat.say("after the compaction", prefer=1)
     assert SUMMARY_MARKER in model.chats[-1]  # worker 1 runs on the compacted set
     await chat.say("last", prefer=0)
