@@ -161,6 +161,10 @@ class AgentLoop:
         self.window = window
         # Set by the owner for one turn to stream it (like ``notices``); None: plain requests.
         self.stream: TurnStream | None = None
+        # Set by the owner for one turn while a compaction of the session runs elsewhere (ahead of need) and
+        # the request fits the window: triggers ① and ② leave the compacting to it; the guard still compresses
+        # a request that would not fit, and recovery one the server refused.
+        self.hold_compaction = False
         self._skip_noticed = False
         # Request sizes as the server counts them; each message is counted once, and a compression is handed
         # the counts instead of re-tokenizing.
@@ -256,7 +260,7 @@ class AgentLoop:
         return self.tools.schemas(tool_schema_budget(window) if window else None, self.counter)
 
     async def _preflight(self, turn: _Turn) -> None:
-        if not self.config.auto_compress:
+        if not self.config.auto_compress or self.hold_compaction:
             return
         engine, schemas = self.engine, self.schemas()
         first, last = _protected_counts(engine)
@@ -331,7 +335,7 @@ class AgentLoop:
     # --- trigger ②: post-response -----------------------------------------------------------------------
 
     async def _post_response(self, turn: _Turn) -> None:
-        if not self.config.auto_compress:
+        if not self.config.auto_compress or self.hold_compaction:
             return
         tokens = post_response_tokens(self.engine.last_prompt_tokens)
         if tokens is None:

@@ -21,9 +21,11 @@ each carrying a marker so the benchmark can tell which summaries were used. That
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -127,6 +129,8 @@ class Call:
     # summary request, the markers of the summaries it updates
     live_text: str = ""  # the last user message as sent
     marker: str = ""  # the marker this summary answer carries
+    started: float = 0.0  # monotonic time the request arrived
+    ended: float = 0.0  # monotonic time its answer was sent
 
 
 @dataclass
@@ -138,6 +142,8 @@ class WindowServer:
     model: str = "local"
     calls: list[Call] = field(default_factory=list)
     line: int = 0
+    # Seconds each summary call takes to answer (a small local model: 20-35 s for 1K tokens).
+    summary_seconds: float = 0.0
     port: int = 0
     _runner: web.AppRunner | None = None
     _loaded: bool = False
@@ -208,6 +214,7 @@ class WindowServer:
 
     # ----- chat completions ---------------------------------------------------------------------------------
     async def _chat(self, request: web.Request) -> web.StreamResponse:
+        started = time.monotonic()
         body = await request.json()
         self._loaded = True
         messages: list[dict[str, Any]] = list(body.get("messages") or [])
@@ -216,8 +223,19 @@ class WindowServer:
         prompt = self.count(messages, tools)
         over = prompt + (max_tokens or 0) > self.window
         summary = bool(messages) and SUMMARY_SYSTEM_HINT in _text(messages[0].get("content"))
-        call = Call("summary" if summary else "chat", self.line, prompt, max_tokens, over, "ok", kept_tokens=prompt)
+        call = Call("summary" if summary else "chat", self.line, prompt, max_tokens, over, "ok", kept_tokens=prompt,
+                    started=started)
         self.calls.append(call)
+        try:
+            return await self._reply(request, body, call, messages, tools)
+        finally:
+            call.ended = time.monotonic()
+
+    async def _reply(self, request: web.Request, body: dict[str, Any], call: Call, messages: list[dict[str, Any]],
+                     tools: Any) -> web.StreamResponse:
+        prompt, max_tokens, over, summary = call.prompt_tokens, call.max_tokens, call.over, call.kind == "summary"
+        if summary and self.summary_seconds:
+            await asyncio.sleep(self.summary_seconds)
         if over and self.mode == "enforce":
             call.outcome = "rejected"
             return web.json_response(status=400, data={

@@ -11,10 +11,18 @@ itself with tiktoken and either refuses what does not fit (vLLM's 400) or trunca
 Concord is told nothing about the window (``llm.model: local``, no ``llm.context_length``) and must find it.
 
 Printed per window and server: lines answered (not a warning), requests over the window (the server's own
-count: prompt + max_tokens), summary calls and how many were used (their marker reached a later request),
+count: prompt + max_tokens), turns that waited for a summary call (by the server's clock: a summary call
+ended after the line was sent and before the line's first chat request came), summary calls and how many were
+used (their marker reached a later request),
 turns between compactions (median), mean / max prompt share of the window, replies cut by ``max_tokens``
 and how many of them reached the user without a word about it, and live messages clipped although they fit
 (at most half the window).
+
+Pacing: by default each line is sent as soon as the previous one is answered and summaries answer at once.
+``--summary-seconds S`` makes every summary call take S seconds (a small local model takes 20-35 s for 1K
+tokens), ``--gap G`` waits G seconds after each answer before the next line (people do not answer at once), and
+``--ahead on,off`` runs each window with compaction ahead of need (``compression.ahead_of_need``) and without
+— the same code, so the waits can be compared in one run.
 
 Corpora (from the corpus folder, ``$CONCORD_CORPUS_DIR``; ``a+b`` replays one after the other): ``locomo:N`` (LoCoMo conversation
 N, "Speaker: text" per line; default conversation 1, 369 lines), ``irc:NAME`` (an IRC log, "nick: text"),
@@ -28,6 +36,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import logging
 import statistics
@@ -39,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from adapters.base import ChatRef, Inbound
-from bench._window_server import WindowServer
+from bench._window_server import Call, WindowServer
 from bench.corpus import corpus_dir, load_claude_code, load_irc, load_locomo, load_miniswe
 from bench.gateway import SilentAdapter
 from gateway.app import Gateway, build_runtime
@@ -92,6 +101,8 @@ class Figures:
     live_clipped: int
     found: str
     seconds: float
+    ahead: bool = True
+    waited: int = 0
 
 
 def load_lines(spec: str, limit: int | None) -> list[str]:
@@ -133,10 +144,11 @@ def _corpus_lines(spec: str) -> list[str]:
 
 
 @contextlib.asynccontextmanager
-async def _gateway(server: WindowServer, data_dir: Path) -> AsyncIterator[tuple[Gateway, PacedAdapter]]:
+async def _gateway(server: WindowServer, data_dir: Path, ahead: bool) -> AsyncIterator[tuple[Gateway, PacedAdapter]]:
     settings = load_settings(llm={"base_url": server.base_url, "model": "local"},
                              storage={"data_dir": str(data_dir)}, gateway={"sweep_cron": None},
-                             memory={"directory": str(data_dir / "memory")})
+                             memory={"directory": str(data_dir / "memory")},
+                             compression={"ahead_of_need": ahead})
     adapter = PacedAdapter()
     gateway = Gateway(await build_runtime(settings), [adapter])
     await gateway.start()
@@ -146,25 +158,45 @@ async def _gateway(server: WindowServer, data_dir: Path) -> AsyncIterator[tuple[
         await gateway.aclose(grace_seconds=5)
 
 
-async def replay(lines: Sequence[str], window: int, mode: str) -> Figures:
-    """Replay ``lines`` against a ``mode`` server serving ``window`` tokens."""
-    server = await WindowServer(window, mode).start()
+async def replay(lines: Sequence[str], window: int, mode: str, *, ahead: bool = True, gap_s: float = 0.0,
+                 summary_s: float = 0.0) -> Figures:
+    """Replay ``lines`` against a ``mode`` server serving ``window`` tokens, each line ``gap_s`` after the
+    previous answer, every summary call taking ``summary_s``; ``ahead``: compaction ahead of need on."""
+    server = await WindowServer(window, mode, summary_seconds=summary_s).start()
     answered = cut_silently = 0
+    sent_at: list[float] = []
     started = time.perf_counter()
     try:
         with tempfile.TemporaryDirectory(prefix="concord-windows-") as tmp:
-            async with _gateway(server, Path(tmp)) as (gateway, adapter):
+            async with _gateway(server, Path(tmp), ahead) as (gateway, adapter):
                 found = gateway.rt.window.describe() if gateway.rt.window is not None else "?"
                 for number, line in enumerate(lines):
+                    if number and gap_s:
+                        await asyncio.sleep(gap_s)
                     server.line = number
                     seen = len(server.calls)
+                    sent_at.append(time.monotonic())
                     reply = await adapter.say(line)
                     answered += bool(reply) and not reply.startswith("⚠️")
                     cut = any(c.kind == "chat" and c.finish_reason == "length" for c in server.calls[seen:])
                     cut_silently += cut and not any(word in reply for word in _CUT_WORDS)
     finally:
         await server.stop()
-    return _figures(server, lines, window, mode, answered, cut_silently, found, time.perf_counter() - started)
+    figures = _figures(server, lines, window, mode, answered, cut_silently, found, time.perf_counter() - started)
+    return dataclasses.replace(figures, ahead=ahead, waited=waited_turns(server.calls, sent_at))
+
+
+def waited_turns(calls: Sequence[Call], sent_at: Sequence[float]) -> int:
+    """Lines whose first chat request came after a summary call that ended while the line was waiting: the
+    server's own clock says a turn waited for a summary (one that ran beside it, in the background, does not
+    end before the turn's request)."""
+    first_chat: dict[int, float] = {}
+    for call in calls:
+        if call.kind == "chat":
+            first_chat.setdefault(call.line, call.started)
+    ends = [c.ended for c in calls if c.kind == "summary"]
+    return sum(1 for line, asked in first_chat.items()
+               if any(sent_at[line] < end <= asked for end in ends))
 
 
 def _figures(server: WindowServer, lines: Sequence[str], window: int, mode: str, answered: int, cut_silently: int,
@@ -193,14 +225,16 @@ def _figures(server: WindowServer, lines: Sequence[str], window: int, mode: str,
 
 def _row(f: Figures) -> str:
     between = "—" if f.turns_between is None else f"{f.turns_between:g}"
-    return (f"| {f.window:,} | {f.server} | {f.answered}/{f.lines} | {f.over} | {f.summaries} / {f.summaries_used} "
+    return (f"| {f.window:,} | {f.server} | {'on' if f.ahead else 'off'} | {f.answered}/{f.lines} | {f.over} "
+            f"| {f.waited} ({f.waited / max(1, f.lines):.1%}) | {f.summaries} / {f.summaries_used} "
             f"| {f.compactions} | {between} | {f.mean_share:.0%} / {f.max_share:.0%} | {f.cut} / {f.cut_silently} "
             f"| {f.live_clipped} | {f.seconds:.0f} s |")
 
 
-HEADER = ("| window | server | lines answered | requests over the window | summary calls / used | compactions "
-          "| turns between compactions (median) | prompt share of the window, mean / max | replies cut / silently "
-          "| live messages clipped | time |\n|---|---|---|---|---|---|---|---|---|---|---|")
+HEADER = ("| window | server | ahead of need | lines answered | requests over the window | turns that waited for a "
+          "summary | summary calls / used | compactions | turns between compactions (median) | prompt share of the "
+          "window, mean / max | replies cut / silently | live messages clipped | time |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -210,17 +244,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--lines", type=int, default=None, help="replay only the first N lines (default: all)")
     parser.add_argument("--windows", default=",".join(map(str, WINDOWS)), help="comma-separated windows in tokens")
     parser.add_argument("--servers", default=",".join(SERVERS), help="enforce, truncate or both")
+    parser.add_argument("--ahead", default="on", help="compaction ahead of need: on, off or on,off")
+    parser.add_argument("--gap", type=float, default=0.0, help="seconds between an answer and the next line")
+    parser.add_argument("--summary-seconds", type=float, default=0.0, help="seconds each summary call takes")
     opts = parser.parse_args(argv if argv is not None else sys.argv[1:])
     lines = load_lines(opts.corpus, opts.lines)
     logging.basicConfig(level=logging.ERROR)
-    print(f"bench.windows: {opts.corpus}, {len(lines)} lines, through the gateway (SQLite, in-process)")
+    print(f"bench.windows: {opts.corpus}, {len(lines)} lines, through the gateway (SQLite, in-process); "
+          f"{opts.gap:g} s between an answer and the next line, {opts.summary_seconds:g} s per summary call")
     print(HEADER)
     figures: list[Figures] = []
     for window in (int(w) for w in opts.windows.split(",")):
         for mode in opts.servers.split(","):
-            result = asyncio.run(replay(lines, window, mode))
-            figures.append(result)
-            print(_row(result), flush=True)
+            for ahead in opts.ahead.split(","):
+                result = asyncio.run(replay(lines, window, mode, ahead=ahead == "on", gap_s=opts.gap,
+                                            summary_s=opts.summary_seconds))
+                figures.append(result)
+                print(_row(result), flush=True)
     for f in figures:
         print(f"  {f.window:,} / {f.server}: Concord's window at start-up: {f.found}")
     return 0

@@ -43,7 +43,7 @@ from agent.tools.mcp_tools import McpTools
 from gateway.arrivals import ArrivalOrder, InProcessOrder, RedisArrivalOrder
 from gateway.claims import Claims, InProcessClaims, RedisClaims
 from gateway.commands import StatusFigures, status_figures
-from gateway.config import Settings
+from gateway.config import Settings, summary_deadline_seconds
 from gateway.data_dir import ensure_data_dir, hold_sqlite_lock, sqlite_path
 from gateway.delivery import Deliveries
 from gateway.health import HealthServer, ReadinessCheck
@@ -184,11 +184,6 @@ def summary_provider_for(settings: Settings, main: Provider | None = None) -> Pr
     if main is not None and spec.model == settings.llm.model and timeout in (None, settings.llm.timeout_seconds):
         return main
     return build_provider_from_spec(spec, **_provider_options(settings, spec.base_url, timeout))
-
-
-def summary_deadline_seconds(settings: Settings) -> float:
-    """How long one compaction may wait for its summary: twice the summary request's deadline."""
-    return 2 * (settings.auxiliary.compression.timeout_seconds or settings.llm.timeout_seconds)
 
 
 def _same_endpoint(a: ProviderSpec, b: ProviderSpec) -> bool:

@@ -21,6 +21,7 @@ from agent.events import EventSink, NoticeSink
 from agent.memory import MemoryFull
 from gateway.busy import RunningTurn, StopOutcome
 from gateway.compaction import compress_session, hygiene_check
+from gateway.config import PricingSettings
 from gateway.erasure import ErasureReport
 from gateway.forget import forget_command
 from gateway.keys import SessionKey
@@ -29,6 +30,7 @@ from gateway.metrics import Metrics
 from gateway.model_command import model_command
 from gateway.pairing import Pairing
 from gateway.pins import add_pin, format_pins, remove_pin
+from gateway.pricing import dollars, tokens_cost
 from gateway.session import LiveSession, SessionManager
 from gateway.stops import StopRelay
 
@@ -217,8 +219,9 @@ def _uptime(seconds: float) -> str:
     return f"{days}d {hours}h {minutes}m" if days else f"{hours}h {minutes}m"
 
 
-def format_stats(m: Metrics, live_sessions: int) -> str:
-    """The /stats reply: process-wide figures since start, one topic per line; no content, no secrets."""
+def format_stats(m: Metrics, live_sessions: int, prices: PricingSettings | None = None) -> str:
+    """The /stats reply: process-wide figures since start, one topic per line; no content, no secrets. With
+    ``prices`` configured, what the tokens cost."""
     p50, p95 = m.turn_latency()
     tallies = sorted(m.compressions.items())
     done = sum(t.count for _, t in tallies)
@@ -237,6 +240,13 @@ def format_stats(m: Metrics, live_sessions: int) -> str:
     ]
     lines += [f"  {kind} — {t.count:,} (avg {t.average_savings:.0%} saved)"
               + (f", {t.aborted:,} aborted" if t.aborted else "") for kind, t in tallies]
+    if prices is not None:
+        total = tokens_cost(prices, prompt=m.prompt_tokens, completion=m.completion_tokens,
+                            cache_read=m.cache_read_tokens, cache_write=m.cache_write_tokens)
+        summaries = tokens_cost(prices, prompt=m.summary_prompt_tokens, completion=m.summary_completion_tokens,
+                                cache_read=m.summary_cache_read_tokens, cache_write=m.summary_cache_write_tokens)
+        if total is not None and summaries is not None:
+            lines.append(f"Cost (pricing.*): {dollars(total)}, of it summaries {dollars(summaries)}")
     return "\n".join(lines)
 
 
@@ -342,7 +352,8 @@ async def stop_command(running: RunningTurn | None, relay: StopRelay, key: Sessi
 
 async def stats_command(ctx: CommandContext) -> str:
     """/stats: the gateway-wide figures, then today's top spenders when limits are tracked."""
-    text = format_stats(ctx.sessions.rt.metrics, len(ctx.sessions))
+    rt = ctx.sessions.rt
+    text = format_stats(rt.metrics, len(ctx.sessions), rt.settings.pricing)
     if ctx.limiter is not None:
         text = f"{text}\n{format_top_spenders(await ctx.limiter.top_spenders())}"
     return text
@@ -352,7 +363,7 @@ async def usage_command(ctx: CommandContext) -> str:
     """/usage: the sender's and the chat's tokens today, and the limits that apply."""
     if ctx.limiter is None:
         return "Usage is not tracked here."
-    return format_usage(await ctx.limiter.usage(ctx.inbound, exempt=ctx.admin))
+    return format_usage(await ctx.limiter.usage(ctx.inbound, exempt=ctx.admin), ctx.sessions.rt.settings.pricing)
 
 
 APPROVE_USAGE = "Usage: /approve CODE (the code the bot gave the person in a direct message)."

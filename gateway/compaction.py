@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.compaction_steps import after_compaction, before_compaction, compress_with_progress
-from agent.compression.engine import CompressionResult
+from agent.compression.engine import CompressionResult, ContextEngine
 from agent.events import (
     AgentEvent,
     EventSink,
@@ -29,10 +29,12 @@ from agent.turn import Compaction
 from gateway.engine_state import compaction_info, export_engine_state, restore_engine_state
 from gateway.hygiene import HygieneCheck, check_hygiene, session_tokens
 from gateway.metrics import EVENT_COMPRESS_ABORTED
+from gateway.runtime import Runtime
 from gateway.session import LiveSession, SessionManager
 from gateway.store import SessionEnded, SessionRecord, StaleWatermark
 
-__all__ = ["HygieneOutcome", "compress_session", "follow_stored", "hygiene_check", "persist_compaction", "run_hygiene"]
+__all__ = ["HygieneOutcome", "compress_session", "follow_stored", "hygiene_check", "persist_compaction", "run_hygiene",
+           "store_compaction"]
 
 log = logging.getLogger(__name__)
 
@@ -46,32 +48,40 @@ def _without_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return messages[1:] if messages and messages[0].get("role") == "system" else messages
 
 
-async def persist_compaction(sessions: SessionManager, live: LiveSession, result: CompressionResult,
-                             reason: str) -> bool:
-    """Store ``result`` as the session's new active set; False if it was not stored, and why is logged.
-
-    It is not stored when another process replaced the active set since ``live`` was read (``concord sweep``
-    from system cron, a second gateway without a shared Redis lock): that version stands, because ours was
-    computed from rows that are no longer active, and writing it would archive, unsummarized, every message
-    appended meanwhile. Then, as after a success, ``live`` is re-bound to what is stored now, and the caller
-    continues from there (a turn appends its own messages after the winner's set).
-    """
-    rt = sessions.rt
+async def store_compaction(rt: Runtime, session_id: str, watermark: int, result: CompressionResult, reason: str,
+                           engine: ContextEngine) -> SessionRecord | None:
+    """Write ``result``, computed from the active set read at ``watermark``, as the session's new active set with
+    ``engine``'s state (waiting for real usage): in place (None), or by rotation (the child, returned). Rows
+    appended after ``watermark`` are carried over after it. Raises `StaleWatermark` when another replacement
+    committed since that read, `SessionEnded` when the session was ended meanwhile."""
     messages = _without_system(list(result.messages))
     # The engine's own counts of its output, when it gives them (the system prompt is not stored).
     known = result.token_counts[len(result.messages) - len(messages):] \
         if len(result.token_counts) == len(result.messages) else ()
     counts = list(known) or [rt.counter.count_message(m) for m in messages]
     info = compaction_info(result, reason, rt.clock())
-    state = dataclasses.replace(export_engine_state(live.engine, info), last_prompt_tokens=-1)
+    state = dataclasses.replace(export_engine_state(engine, info), last_prompt_tokens=-1)
+    if rt.settings.compression.in_place:
+        await rt.store.compactions.replace_active(session_id, messages, counts, watermark, reason=reason,
+                                                  engine_state=state)
+        return None
+    return await rt.store.compactions.rotate(session_id, messages, counts, watermark, reason="compression",
+                                             engine_state=state)
+
+
+async def persist_compaction(sessions: SessionManager, live: LiveSession, result: CompressionResult,
+                             reason: str) -> bool:
+    """Store ``result`` as the session's new active set; False if it was not stored, and why is logged.
+
+    It is not stored when another process replaced the active set since ``live`` was read (``concord sweep``
+    from system cron, a second gateway without a shared Redis lock, a compaction ahead of need): that version
+    stands, because ours was computed from rows that are no longer active, and writing it would archive,
+    unsummarized, every message appended meanwhile. Then, as after a success, ``live`` is re-bound to what is
+    stored now, and the caller continues from there (a turn appends its own messages after the winner's set).
+    """
+    rt = sessions.rt
     try:
-        if rt.settings.compression.in_place:
-            await rt.store.compactions.replace_active(live.id, messages, counts, live.watermark, reason=reason,
-                                                      engine_state=state)
-            record = None
-        else:
-            record = await rt.store.compactions.rotate(live.id, messages, counts, live.watermark,
-                                                       reason="compression", engine_state=state)
+        record = await store_compaction(rt, live.id, live.watermark, result, reason, live.engine)
     except (StaleWatermark, SessionEnded) as lost:
         log.warning("session %s was compacted elsewhere meanwhile (%s); keeping that version and continuing "
                     "from what is stored", live.id, type(lost).__name__)

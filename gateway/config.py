@@ -38,7 +38,8 @@ from gateway.config_fallbacks import MAX_FALLBACKS, FallbackModel, check_model_n
 from gateway.config_mcp import ToolsSettings
 from gateway.masking import describe_value, mask_url, mask_urls
 
-__all__ = ["ConfigError", "Settings", "load_settings", "mask_url", "masked_dump", "unknown_env_sections"]
+__all__ = ["ConfigError", "Settings", "load_settings", "mask_url", "masked_dump", "summary_deadline_seconds",
+           "unknown_env_sections"]
 
 _Section = ConfigDict(extra="forbid", validate_default=True)
 # The largest windows offered today are 10M tokens; far beyond that a value is a typo, not a model.
@@ -127,6 +128,8 @@ class CompressionSettings(BaseModel):
     in_place: bool = True
     abort_on_summary_failure: bool = False
     autoraise: bool = True
+    # Compact in the background, after an answer was sent, once past the soft mark (`agent.compression.pacing`).
+    ahead_of_need: bool = True
 
 
 class AuxiliaryModel(BaseModel):
@@ -455,6 +458,22 @@ class LimitsSettings(BaseModel):
     session_queue_depth: int = Field(default=20, ge=1, le=1000)
 
 
+class PricingSettings(BaseModel):
+    """What the model's tokens cost, in US dollars per million; with ``input`` and ``output`` set, /usage and
+    /stats show costs (summary calls priced like the agent's). Cache reads and writes cost ``input`` unless set."""
+
+    model_config = _Section
+    input: float | None = Field(default=None, ge=0, le=100_000)
+    output: float | None = Field(default=None, ge=0, le=100_000)
+    cache_read: float | None = Field(default=None, ge=0, le=100_000)
+    cache_write: float | None = Field(default=None, ge=0, le=100_000)
+
+    @property
+    def configured(self) -> bool:
+        """Whether costs can be told (``input`` and ``output`` are set)."""
+        return self.input is not None and self.output is not None
+
+
 class LoggingSettings(BaseModel):
     """Log output (see gateway/logsetup.py)."""
 
@@ -494,6 +513,7 @@ class Settings(BaseSettings):
     telegram: TelegramSettings = TelegramSettings()
     memory: MemorySettings = MemorySettings()
     limits: LimitsSettings = LimitsSettings()
+    pricing: PricingSettings = PricingSettings()
     logging: LoggingSettings = LoggingSettings()
     tools: ToolsSettings = ToolsSettings()
 
@@ -603,6 +623,11 @@ def load_settings(**overrides: Any) -> Settings:
     if unknown:
         raise ConfigError("\n".join(["invalid configuration:", *unknown]))
     return settings
+
+
+def summary_deadline_seconds(settings: Settings) -> float:
+    """How long one compaction may wait for its summary: twice the summary request's deadline."""
+    return 2 * (settings.auxiliary.compression.timeout_seconds or settings.llm.timeout_seconds)
 
 
 def masked_dump(settings: Settings) -> dict[str, Any]:

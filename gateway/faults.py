@@ -13,7 +13,8 @@ The points:
   finished;
 * ``command-applied`` — a command that changes something ran, its reply and handled mark not stored;
 * ``answer-stored`` — an answer is stored with its handled mark, not sent;
-* ``observed-queued`` — an observed group line was taken, its batch not written.
+* ``observed-queued`` — an observed group line was taken, its batch not written;
+* ``ahead-summarized`` — a compaction ahead of need has its summary, its result not stored.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ import sys
 __all__ = ["ENV", "POINTS", "crash_point", "parse_points"]
 
 ENV = "CONCORD_FAULT_KILL_AT"
-POINTS = frozenset({"inbox-kept", "request-stored", "command-applied", "answer-stored", "observed-queued"})
+POINTS = frozenset({"inbox-kept", "request-stored", "command-applied", "answer-stored", "observed-queued",
+                    "ahead-summarized"})
 
 
 def parse_points(value: str) -> set[str]:

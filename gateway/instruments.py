@@ -31,6 +31,7 @@ _TRIGGER_OF_KIND = {
     "manual /compress": "manual",
     "sweep": "sweep",
     "agent": "agent",
+    "ahead of need": "ahead",
 }
 TRIGGERS = (*sorted(set(_TRIGGER_OF_KIND.values())), "other")
 

@@ -6,8 +6,9 @@ Two kinds of state, keyed by subject (``user:discord:42``, ``chat:discord:group:
   Taking is all-or-nothing over several buckets (the sender's and the chat's), so a refused message costs
   neither. On Redis one Lua script does it on the server's clock, so workers never disagree about time;
 * **daily token counters**: prompt + completion tokens per subject and UTC day — the agent's calls and the
-  summary calls of the compactions the subject caused — with the summaries' share kept beside the total (for
-  ``/usage``) and a per-day ranking of users for ``/stats``. Counters expire two days after their day.
+  summary calls of the compactions the subject caused — with the summaries' share, and of it their answers',
+  kept beside the total (for ``/usage``) and a per-day ranking of users for ``/stats``. Counters expire two days
+  after their day.
 
 A broken Redis must not stop the bot: calls log a warning and fail open (the message is allowed, the tokens
 go uncounted) — the same trade as the locks make.
@@ -56,13 +57,14 @@ class LimitBackend(ABC):
         """Tokens each subject spent on ``day`` (``YYYY-MM-DD``, UTC)."""
 
     @abstractmethod
-    async def add(self, subjects: Sequence[str], day: str, tokens: int, *, summary: bool = False) -> None:
+    async def add(self, subjects: Sequence[str], day: str, tokens: int, *, summary: bool = False,
+                  output: int = 0) -> None:
         """Count ``tokens`` against every subject on ``day``; ``summary``: they were a summary call's, which
-        are also counted apart."""
+        are also counted apart, and so are the ``output`` tokens of them its answer took."""
 
     @abstractmethod
-    async def summary_spent(self, subjects: Sequence[str], day: str) -> list[int]:
-        """Of what each subject spent on ``day``, the tokens of summary calls."""
+    async def summary_spent(self, subjects: Sequence[str], day: str) -> list[tuple[int, int]]:
+        """Of what each subject spent on ``day``, the tokens of summary calls and, of those, their answers'."""
 
     @abstractmethod
     async def top(self, day: str, count: int) -> list[tuple[str, int]]:
@@ -99,13 +101,19 @@ class InProcessLimits(LimitBackend):
     async def spent(self, subjects: Sequence[str], day: str) -> list[int]:
         return [self._tokens.get((day, subject), 0) for subject in subjects]
 
-    async def add(self, subjects: Sequence[str], day: str, tokens: int, *, summary: bool = False) -> None:
+    async def add(self, subjects: Sequence[str], day: str, tokens: int, *, summary: bool = False,
+                  output: int = 0) -> None:
         for subject in subjects:
-            for key in ((day, subject), (day, f"summary:{subject}"))[: 2 if summary else 1]:
-                self._put(self._tokens, key, self._tokens.get(key, 0) + tokens)
+            counts = [((day, subject), tokens)]
+            if summary:
+                counts += [((day, f"summary:{subject}"), tokens), ((day, f"summary-output:{subject}"), output)]
+            for key, count in counts:
+                self._put(self._tokens, key, self._tokens.get(key, 0) + count)
 
-    async def summary_spent(self, subjects: Sequence[str], day: str) -> list[int]:
-        return await self.spent([f"summary:{subject}" for subject in subjects], day)
+    async def summary_spent(self, subjects: Sequence[str], day: str) -> list[tuple[int, int]]:
+        tokens = await self.spent([f"summary:{subject}" for subject in subjects], day)
+        outputs = await self.spent([f"summary-output:{subject}" for subject in subjects], day)
+        return list(zip(tokens, outputs, strict=True))
 
     async def top(self, day: str, count: int) -> list[tuple[str, int]]:
         users = [(subject, tokens) for (d, subject), tokens in self._tokens.items()
@@ -166,6 +174,9 @@ class RedisLimits(LimitBackend):
     def _summary_key(self, day: str, subject: str) -> str:
         return f"{self._prefix}summary-tokens:{day}:{subject}"
 
+    def _summary_output_key(self, day: str, subject: str) -> str:
+        return f"{self._prefix}summary-output:{day}:{subject}"
+
     def _top_key(self, day: str) -> str:
         return f"{self._prefix}top:{day}"
 
@@ -185,8 +196,10 @@ class RedisLimits(LimitBackend):
     async def spent(self, subjects: Sequence[str], day: str) -> list[int]:
         return await self._counts([self._tokens_key(day, s) for s in subjects])
 
-    async def summary_spent(self, subjects: Sequence[str], day: str) -> list[int]:
-        return await self._counts([self._summary_key(day, s) for s in subjects])
+    async def summary_spent(self, subjects: Sequence[str], day: str) -> list[tuple[int, int]]:
+        counts = await self._counts([key(day, s) for s in subjects
+                                     for key in (self._summary_key, self._summary_output_key)])
+        return list(zip(counts[::2], counts[1::2], strict=True))
 
     async def _counts(self, keys: list[str]) -> list[int]:
         if not keys:
@@ -199,12 +212,17 @@ class RedisLimits(LimitBackend):
             return [0] * len(keys)
         return [int(v) if v is not None else 0 for v in values]
 
-    async def add(self, subjects: Sequence[str], day: str, tokens: int, *, summary: bool = False) -> None:
+    async def add(self, subjects: Sequence[str], day: str, tokens: int, *, summary: bool = False,
+                  output: int = 0) -> None:
         try:
             async with self._client.pipeline(transaction=True) as pipe:
                 for subject in subjects:
-                    for key in (self._tokens_key(day, subject), self._summary_key(day, subject))[: 2 if summary else 1]:
-                        pipe.incrby(key, tokens)
+                    counts = [(self._tokens_key(day, subject), tokens)]
+                    if summary:
+                        counts += [(self._summary_key(day, subject), tokens),
+                                   (self._summary_output_key(day, subject), output)]
+                    for key, count in counts:
+                        pipe.incrby(key, count)
                         pipe.expire(key, _DAY_TTL_SECONDS)
                     if subject.startswith("user:"):
                         pipe.zincrby(self._top_key(day), tokens, subject)

@@ -25,9 +25,10 @@ from datetime import datetime, timedelta
 from adapters.base import Inbound
 from agent.llm.base import Usage as CallUsage
 from gateway.access import user_ref
-from gateway.config import LimitsSettings
+from gateway.config import LimitsSettings, PricingSettings
 from gateway.keys import SessionKey
 from gateway.limit_backends import Bucket, LimitBackend
+from gateway.pricing import dollars, tokens_cost
 
 __all__ = ["RateLimiter", "Usage", "charge_summary", "format_duration", "format_top_spenders", "format_usage",
            "summaries_charged_to"]
@@ -59,24 +60,31 @@ class Usage:
     limits: LimitsSettings
     resets_in_s: float
     exempt: bool
-    # Of those, the tokens of summary calls (compactions).
+    # Of those, the tokens of summary calls (compactions), and of those their answers'.
     user_summary_tokens: int = 0
     chat_summary_tokens: int = 0
+    user_summary_output: int = 0
+    chat_summary_output: int = 0
 
 
-def format_usage(u: Usage) -> str:
-    """The /usage reply."""
+def format_usage(u: Usage, prices: PricingSettings | None = None) -> str:
+    """The /usage reply; with ``prices`` configured, what the summaries cost."""
     lim = u.limits
 
-    def of(spent: int, summaries: int, budget: int | None) -> str:
-        share = f", {summaries:,} of them summaries" if summaries else ""
+    def of(spent: int, summaries: int, output: int, budget: int | None) -> str:
+        share = ""
+        if summaries:
+            cost = tokens_cost(prices, prompt=summaries - output, completion=output) if prices else None
+            share = (f", {summaries:,} of them summaries ({summaries - output:,} in, {output:,} out"
+                     + (f", {dollars(cost)}" if cost is not None else "") + ")")
         return f"{spent:,} tokens" + (f" of {budget:,}" if budget else " (no daily limit)") + share
 
     def rate(limit: int | None) -> str:
         return f"{limit} a minute" if limit else "no limit"
 
-    lines = [f"Today (UTC): you {of(u.user_tokens, u.user_summary_tokens, lim.user_tokens_per_day)}; "
-             f"this chat {of(u.chat_tokens, u.chat_summary_tokens, lim.chat_tokens_per_day)}.",
+    you = of(u.user_tokens, u.user_summary_tokens, u.user_summary_output, lim.user_tokens_per_day)
+    chat = of(u.chat_tokens, u.chat_summary_tokens, u.chat_summary_output, lim.chat_tokens_per_day)
+    lines = [f"Today (UTC): you {you}; this chat {chat}.",
              f"Messages: you {rate(lim.user_messages_per_minute)}, this chat {rate(lim.chat_messages_per_minute)}.",
              f"Budgets reset at 00:00 UTC, in {format_duration(u.resets_in_s)}."]
     if u.exempt:
@@ -144,19 +152,21 @@ class RateLimiter:
         budget is set)."""
         await self.charge(self.subjects(inbound), tokens)
 
-    async def charge(self, subjects: Sequence[str], tokens: int, *, summary: bool = False) -> None:
-        """Count ``tokens`` against ``subjects`` today; ``summary``: a summary call's (shown apart in /usage)."""
+    async def charge(self, subjects: Sequence[str], tokens: int, *, summary: bool = False, output: int = 0) -> None:
+        """Count ``tokens`` against ``subjects`` today; ``summary``: a summary call's, ``output`` of them its
+        answer's (shown apart in /usage)."""
         if tokens > 0:
             day, _ = self._day()
-            await self.backend.add(subjects, day, tokens, summary=summary)
+            await self.backend.add(subjects, day, tokens, summary=summary, output=output)
 
     async def usage(self, inbound: Inbound, *, exempt: bool) -> Usage:
         """Today's figures for the sender of ``inbound`` and their chat."""
         day, reset_s = self._day()
         subjects = self.subjects(inbound)
         user_tokens, chat_tokens = await self.backend.spent(subjects, day)
-        user_summaries, chat_summaries = await self.backend.summary_spent(subjects, day)
-        return Usage(user_tokens, chat_tokens, self.settings, reset_s, exempt, user_summaries, chat_summaries)
+        (user_summaries, user_output), (chat_summaries, chat_output) = await self.backend.summary_spent(subjects, day)
+        return Usage(user_tokens, chat_tokens, self.settings, reset_s, exempt, user_summaries, chat_summaries,
+                     user_output, chat_output)
 
     async def top_spenders(self, count: int = 5) -> list[tuple[str, int]]:
         """Today's biggest spenders (users)."""
@@ -186,4 +196,5 @@ async def charge_summary(usage: CallUsage) -> None:
     payer = _payer.get()
     if payer is not None:
         limiter, subjects = payer
-        await limiter.charge(subjects, usage.prompt_tokens + usage.completion_tokens, summary=True)
+        await limiter.charge(subjects, usage.prompt_tokens + usage.completion_tokens, summary=True,
+                             output=usage.completion_tokens)

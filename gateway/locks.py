@@ -58,6 +58,11 @@ class LockBackend(ABC):
         """Yield True if the compression lock was taken, False if someone else holds it (fail-open: True)."""
 
     @abstractmethod
+    async def compression_running(self, session_id: str) -> bool:
+        """Whether someone holds the session's compression lock now (a compaction ahead of need runs), without
+        taking it; False when the backend cannot tell (fail-open: the caller goes on as if none ran)."""
+
+    @abstractmethod
     def try_job_lock(self, job: str) -> AbstractAsyncContextManager[bool]:
         """Yield True while this process runs ``job`` (a sweep) and no other may, False if another process is
         running it (fail-open: True). Held as long as the block runs."""
@@ -97,6 +102,9 @@ class InProcessLocks(LockBackend):
 
     def try_compression_lock(self, session_id: str) -> AbstractAsyncContextManager[bool]:
         return self._try(f"compress:{session_id}")
+
+    async def compression_running(self, session_id: str) -> bool:
+        return f"compress:{session_id}" in self._held
 
     def try_job_lock(self, job: str) -> AbstractAsyncContextManager[bool]:
         return self._try(f"job:{job}")
@@ -190,6 +198,16 @@ class RedisLocks(LockBackend):
     def try_compression_lock(self, session_id: str) -> AbstractAsyncContextManager[bool]:
         held = _Held(f"{self._prefix}compress:{session_id}", uuid.uuid4().hex, f"session {session_id}")
         return self._try(held, what="compression lock", fallback="compressing without it")
+
+    async def compression_running(self, session_id: str) -> bool:
+        try:
+            return bool(await self._client.exists(f"{self._prefix}compress:{session_id}"))
+        except RedisError as exc:
+            self._on_error("acquire")
+            self._warn.warning(f"unavailable:compression check:{type(exc).__name__}", "lock backend unavailable "
+                               "(%s): cannot tell whether session %s is being compacted; going on as if not",
+                               describe_cause(exc), session_id)
+            return False
 
     def try_job_lock(self, job: str) -> AbstractAsyncContextManager[bool]:
         held = _Held(f"{self._prefix}job:{job}", uuid.uuid4().hex, f"job {job}")

@@ -62,6 +62,7 @@ _KINDS: dict[str, str] = {
     "post_response": "agent: post_response",
     "recovery": "agent: recovery",
     "agent": "agent",
+    "ahead of need": "ahead of need",
 }
 
 
@@ -115,9 +116,12 @@ class Metrics:
         self.prompt_tokens = 0
         self.completion_tokens = 0
         self.cache_read_tokens = 0
+        self.cache_write_tokens = 0
         # Of the tokens above, the summary calls' (they are charged to budgets like the agent's).
         self.summary_prompt_tokens = 0
         self.summary_completion_tokens = 0
+        self.summary_cache_read_tokens = 0
+        self.summary_cache_write_tokens = 0
         self.tool_calls = 0
         self.tool_failures = 0
         self.compressions: dict[str, CompressionTally] = {}
@@ -163,6 +167,8 @@ class Metrics:
         else:
             self.summary_prompt_tokens += usage.prompt_tokens
             self.summary_completion_tokens += usage.completion_tokens
+            self.summary_cache_read_tokens += usage.cache_read_tokens
+            self.summary_cache_write_tokens += usage.cache_write_tokens
             self._add_usage(usage, label, "summary")
 
     def record_lock_wait(self, seconds: float) -> None:
@@ -233,6 +239,7 @@ class Metrics:
         self.prompt_tokens += usage.prompt_tokens
         self.completion_tokens += usage.completion_tokens
         self.cache_read_tokens += usage.cache_read_tokens
+        self.cache_write_tokens += usage.cache_write_tokens
         tokens = self.instruments.tokens
         for kind, count in (("prompt", usage.prompt_tokens), ("completion", usage.completion_tokens),
                             ("cache_read", usage.cache_read_tokens), ("cache_write", usage.cache_write_tokens)):

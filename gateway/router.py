@@ -57,6 +57,7 @@ from agent.events import EventSink, Notice
 from agent.memory import Author
 from agent.turn import StopReason, TurnResult
 from gateway.access import AccessPolicy, Verdict, user_ref
+from gateway.ahead import AheadCompactions
 from gateway.arrivals import Turn
 from gateway.busy import Batch, RunningTurn, RunningTurns
 from gateway.changes import MessageChanges
@@ -147,6 +148,7 @@ class Router:
         self._batches: dict[tuple[SessionKey, str], Batch] = {}
         self._failures = LogThrottle(log)
         self.changes = MessageChanges(sessions, self.observer, self.context, observing=self.observing)
+        self.ahead = AheadCompactions(sessions, self.events)
 
     async def handle(self, inbound: Inbound, adapter: Adapter) -> None:
         """Take one inbound message; returns once it has been handled (queued behind its session's earlier ones).
@@ -302,6 +304,7 @@ class Router:
     async def aclose(self, grace_seconds: float = 30.0) -> None:
         """Stop taking messages and let queued ones finish (graceful shutdown); store every observed line."""
         await asyncio.gather(self._queues.aclose(grace_seconds), self._rejoined.aclose(grace_seconds))
+        await self.ahead.aclose()
         await self.observer.aclose()
 
     async def _process_logged(self, key: SessionKey, item: Queued) -> None:
@@ -342,6 +345,10 @@ class Router:
         live = self.sessions.cached(key)
         if live is not None:
             live.hand_stored_to_engine()
+            # The answer is out: a compaction the session is due now runs while nobody waits, its summary
+            # calls charged to the sender, as the turn's own would have been.
+            with summaries_charged_to(self.limiter, self.limiter.subjects(inbound)):
+                self.ahead.consider(live)
 
     async def _try_turn(self, key: SessionKey, inbound: Inbound, adapter: Adapter, turn: Turn,
                         asked: float) -> list[tuple[Outbound, int | None]] | None:
@@ -451,8 +458,9 @@ class Router:
 
         admin = is_admin(inbound.platform, inbound.user_id, self.settings.gateway.admins, inbound.is_admin_hint)
         # Who may write which memory this turn (the bot-wide one: operators only), and what its entries cite.
-        live.memory.set_author(Author(inbound.user_id, operator=is_operator(inbound, self.settings.gateway.admins),
-                                      message=message_key(inbound), ref=user_ref(inbound)))
+        author = Author(inbound.user_id, operator=is_operator(inbound, self.settings.gateway.admins),
+                        message=message_key(inbound), ref=user_ref(inbound))
+        live.memory.set_author(author)
         if command is not None and (command.known or not key.is_group):
             if command.changes_state and not await self.inbox.begin(inbound, key, handling):
                 return [INTERRUPTED_COMMAND.format(name=command.name)]
@@ -467,6 +475,10 @@ class Router:
             refusal = await self.limiter.admit(inbound)
             if refusal is not None:
                 return [refusal]
+        live, hold = await self.ahead.before_turn(key, live, inbound.user_id,
+                                                  self.sessions.rt.counter.count_text(lead + inbound.text),
+                                                  waiting=lambda: adapter.typing(inbound))
+        live.memory.set_author(author)  # the session the compaction left, when the message waited for one
         stream = adapter.live_reply(inbound)
         async with self.running.track(key, inbound) as running:
             answer = TurnAnswer(self.inbox.marker(inbound, key), self.deliveries,
@@ -479,9 +491,11 @@ class Router:
             started, failed = time.perf_counter(), True
             try:
                 async with adapter.typing(inbound):
-                    await run_hygiene(self.sessions, live, notices=notices, events=self.events)
+                    if not hold:  # the compaction running would make hygiene's skip it
+                        await run_hygiene(self.sessions, live, notices=notices, events=self.events)
                     result = await agent_turn(self.sessions, live, request, notices=notices, events=self.events,
-                                              stream=stream, on_start=running.attach, answer=answer)
+                                              stream=stream, on_start=running.attach, answer=answer,
+                                              hold_compaction=hold)
                 failed = result.stop_reason is StopReason.ERROR
             finally:
                 self.metrics.record_turn(time.perf_counter() - started, failed=failed)

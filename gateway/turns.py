@@ -86,6 +86,7 @@ async def agent_turn(
     stream: TurnStream | None = None,
     on_start: Callable[[asyncio.Task[TurnResult]], None] | None = None,
     answer: TurnAnswer | None = None,
+    hold_compaction: bool = False,
 ) -> TurnResult:
     """Run the agent on ``message`` and persist the outcome; the caller holds the session's turn lock. None
     resumes a turn whose request an earlier attempt stored (``live`` holds it).
@@ -93,7 +94,8 @@ async def agent_turn(
     With ``stream`` the model's answer is streamed to it as it arrives (and tool rounds show a status).
     ``on_start`` receives the task running the agent loop: cancelling it (``/stop``) ends the turn cleanly,
     and what it produced is still persisted, which a cancellation must never interrupt. ``answer`` is stored
-    with the turn, in the same transaction."""
+    with the turn, in the same transaction. ``hold_compaction``: a compaction of the session runs elsewhere
+    and the request fits as it stands (`AgentLoop.hold_compaction`)."""
     loop = live.loop
     guard = sessions.rt.storage
     saved = 0  # how many of the turn's appended messages a compaction persisted during the turn holds
@@ -137,6 +139,7 @@ async def agent_turn(
         await emit_notice(notices, sent)
 
     loop.notices, loop.events, loop.switch_session, loop.stream = notice, events, switch, stream
+    loop.hold_compaction = hold_compaction
     live.engine.number_messages(live.first_seq)
     try:
         running = asyncio.create_task(loop.run_turn(live.messages, message, token_counts=live.held_counts))
@@ -145,6 +148,7 @@ async def agent_turn(
         result = await running
     finally:
         loop.notices = loop.events = loop.switch_session = loop.stream = None
+        loop.hold_compaction = False
     if answer is not None:
         answer.out = answer.compose(result)
 

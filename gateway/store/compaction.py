@@ -52,10 +52,10 @@ def _check_watermark(session: Row[Any], watermark_seq: int) -> None:
 def _info(reason: str, before: Sequence[Row[Any]], after: Sequence[StoredRow], number: int | None,
           state: EngineState | None) -> CompactionInfo:
     if state is not None and state.last_compaction is not None:
-        return dataclasses.replace(state.last_compaction, number=number)
+        return dataclasses.replace(state.last_compaction, number=number, active_after=len(after))
     return CompactionInfo(at=utcnow(), reason=reason, tokens_before=sum(r.tokens for r in before),
                           tokens_after=sum(r.tokens for r in after), messages_before=len(before),
-                          messages_after=len(after), number=number)
+                          messages_after=len(after), number=number, active_after=len(after))
 
 
 def _row_columns() -> Select[Any]:

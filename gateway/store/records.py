@@ -84,6 +84,9 @@ class CompactionInfo:
     messages_before: int = 0
     messages_after: int = 0
     number: int | None = None
+    # How many messages the active set held right after this replacement, the rows carried over included: the
+    # ones after it were appended since (None: written before it was recorded).
+    active_after: int | None = None
 
     @property
     def savings_pct(self) -> float:
@@ -97,7 +100,7 @@ class CompactionInfo:
         return json.dumps({
             "at": self.at.isoformat(), "reason": self.reason, "tokens_before": self.tokens_before,
             "tokens_after": self.tokens_after, "messages_before": self.messages_before,
-            "messages_after": self.messages_after, "number": self.number,
+            "messages_after": self.messages_after, "number": self.number, "active_after": self.active_after,
         })
 
     @classmethod
@@ -111,7 +114,7 @@ class CompactionInfo:
             at=at if at.tzinfo else at.replace(tzinfo=UTC), reason=data["reason"],
             tokens_before=int(data["tokens_before"]), tokens_after=int(data["tokens_after"]),
             messages_before=int(data.get("messages_before", 0)), messages_after=int(data.get("messages_after", 0)),
-            number=data.get("number"),
+            number=data.get("number"), active_after=data.get("active_after"),
         )
 
 

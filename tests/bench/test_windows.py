@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from bench import windows
-from bench._window_server import WindowServer
+from bench._window_server import Call, WindowServer
 
 LINES = [f"Caroline: line {i} of the conversation, about the trip to the lake and what we packed" for i in range(40)]
 
@@ -46,4 +46,16 @@ def test_main_prints_a_row_per_window_and_server(capsys: pytest.CaptureFixture[s
     monkeypatch.setattr(windows, "load_lines", lambda spec, limit: LINES[:limit])
     assert windows.main(["--lines", "10", "--windows", "4096", "--servers", "enforce"]) == 0
     out = capsys.readouterr().out
-    assert "| 4,096 | enforce | 10/10 | 0 |" in out
+    assert "| 4,096 | enforce | on | 10/10 | 0 | 0 (0.0%) |" in out
+
+
+def test_a_turn_waited_only_for_a_summary_that_ended_between_its_line_and_its_request() -> None:
+    def call(kind: str, line: int, started: float, ended: float) -> Call:
+        return Call(kind, line, 100, 10, False, "ok", started=started, ended=ended)
+
+    calls = [call("chat", 0, 0.1, 0.2),
+             call("summary", 0, 0.5, 5.5),  # ahead of need, after line 0's answer
+             call("chat", 1, 1.1, 1.2),  # line 1 (sent at 1.0) answered beside it: no wait
+             call("summary", 2, 2.1, 4.0), call("chat", 2, 4.1, 4.2),  # line 2 waited for its own summary
+             call("chat", 3, 9.0, 9.1)]  # line 3 sent after both ended
+    assert windows.waited_turns(calls, [0.0, 1.0, 2.0, 8.0]) == 1

@@ -233,6 +233,14 @@ class FakeLLMServer:
             except TimeoutError:
                 pass
 
+    async def _until(self, gate: asyncio.Event) -> None:
+        """Wait until ``gate`` is set, or the server stops."""
+        closing = asyncio.ensure_future(self._closing.wait())
+        opened = asyncio.ensure_future(gate.wait())
+        await asyncio.wait({closing, opened}, return_when=asyncio.FIRST_COMPLETED)
+        for waiter in (closing, opened):
+            waiter.cancel()
+
     async def _window_endpoint(self, request: web.Request) -> web.StreamResponse:
         style, tokens = self.reports_window or ("", 0)
         bodies = {
@@ -264,6 +272,9 @@ class FakeLLMServer:
         spec = self._window_error(api, prompt, max_tokens) or self._next_spec(body)
         delay, self._next_delay = self._next_delay + getattr(spec, "delay", 0.0), 0.0
         await self._pause(delay)
+        gate = getattr(spec, "gate", None)
+        if gate is not None:
+            await self._until(gate)
         if isinstance(spec, str):
             spec = Reply(spec)
         if isinstance(spec, Fail):

@@ -6,6 +6,7 @@ the client classifies by those words.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -45,6 +46,8 @@ class Reply:
     # Seconds between 64-byte pieces of a JSON (not streamed) body: a server that never stalls long enough
     # for a read timeout but never finishes either.
     trickle: float = 0.0
+    # Held back until the test sets it (a model still writing, for as long as the test needs).
+    gate: asyncio.Event | None = None
 
     def calls(self) -> list[dict[str, Any]]:
         """Tool calls with ids and arguments as JSON strings."""

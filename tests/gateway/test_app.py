@@ -27,8 +27,9 @@ def _env(tmp_path: Path, server: FakeLLMServer | None) -> dict[str, str]:
     env.update(PYTHONPATH=str(REPO_ROOT), CONCORD_STORAGE__DATA_DIR=str(tmp_path / "data"),
                CONCORD_GATEWAY__SWEEP_CRON="off", CONCORD_MEMORY__DIRECTORY=str(tmp_path / "memory"))
     if server is not None:
+        # The replies are scripted in order: a compaction ahead of need would take one for its summary.
         env.update(CONCORD_LLM__BASE_URL=server.openai_base_url, CONCORD_LLM__MODEL="fake-model",
-                   CONCORD_LLM__CONTEXT_LENGTH="8000")
+                   CONCORD_LLM__CONTEXT_LENGTH="8000", CONCORD_COMPRESSION__AHEAD_OF_NEED="false")
     return env
 
 

@@ -11,4 +11,5 @@ def test_points_are_armed_by_name_and_unknown_ones_are_said(capsys: pytest.Captu
     assert parse_points(" inbox-kept, request-stored ,nope") == {"inbox-kept", "request-stored"}
     assert "unknown crash point 'nope' ignored" in capsys.readouterr().err
     assert parse_points("") == set()
-    assert {"inbox-kept", "request-stored", "command-applied", "answer-stored", "observed-queued"} == POINTS
+    assert {"inbox-kept", "request-stored", "command-applied", "answer-stored", "observed-queued",
+            "ahead-summarized"} == POINTS

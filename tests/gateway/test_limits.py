@@ -77,10 +77,10 @@ async def test_token_counters_and_ranking(backend: LimitBackend) -> None:
     assert await backend.spent(["user:a", "user:b", "chat:c", "user:z"], "2026-01-01") == [100, 300, 400, 0]
     assert await backend.top("2026-01-01", 5) == [("user:b", 300), ("user:a", 100)]
     assert await backend.top("2026-01-02", 1) == [("user:a", 7)]
-    # A summary call's tokens count in the total, and apart.
-    await backend.add(["user:a", "chat:c"], "2026-01-01", 50, summary=True)
+    # A summary call's tokens count in the total, and apart (with its answer's share).
+    await backend.add(["user:a", "chat:c"], "2026-01-01", 50, summary=True, output=8)
     assert await backend.spent(["user:a", "chat:c"], "2026-01-01") == [150, 450]
-    assert await backend.summary_spent(["user:a", "chat:c", "user:b"], "2026-01-01") == [50, 50, 0]
+    assert await backend.summary_spent(["user:a", "chat:c", "user:b"], "2026-01-01") == [(50, 8), (50, 8), (0, 0)]
     assert await backend.top("2026-01-01", 5) == [("user:b", 300), ("user:a", 150)]
 
 

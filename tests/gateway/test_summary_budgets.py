@@ -39,11 +39,26 @@ async def test_a_hygiene_summary_is_charged_to_the_sender_and_counts_against_the
     assert kinds == ["summary", "chat"] and adapter.texts()[-1] == "answer"
     await adapter.say("/usage")
     assert adapter.texts()[-1].startswith(
-        "Today (UTC): you 5,610 tokens of 5,000, 5,500 of them summaries; "
-        "this chat 5,610 tokens (no daily limit), 5,500 of them summaries.")
+        "Today (UTC): you 5,610 tokens of 5,000, 5,500 of them summaries (5,000 in, 500 out); "
+        "this chat 5,610 tokens (no daily limit), 5,500 of them summaries (5,000 in, 500 out).")
     await adapter.say("one more?")
     assert adapter.texts()[-1].startswith("⏳ You have used today's token budget (5,000 tokens).")
     assert kinds == ["summary", "chat"]  # refused before any call
+
+
+async def test_with_prices_usage_and_stats_tell_what_the_summaries_cost(gateway_factory: GatewayFactory,
+                                                                        fake_llm: FakeLLMServer) -> None:
+    gateway, adapter = await gateway_factory(pricing={"input": 3.0, "output": 15.0})
+    await bulk_session(gateway, "dm:c1", chatter(400, words=60), last_prompt_tokens=170_000)
+    priced(fake_llm)
+    await adapter.say("and now?")
+    await adapter.say("/usage")
+    # 5,000 in at $3/M and 500 out at $15/M: $0.0225.
+    assert adapter.texts()[-1].startswith(
+        "Today (UTC): you 5,610 tokens (no daily limit), 5,500 of them summaries (5,000 in, 500 out, $0.0225);")
+    await adapter.say("/stats", user_id="boss")
+    # Everything: 5,100 in and 510 out ($0.0230); the summary's share as above.
+    assert "Cost (pricing.*): $0.0230, of it summaries $0.0225" in adapter.texts()[-1]
 
 
 async def test_the_agents_own_compaction_is_charged_to_the_sender(gateway_factory: GatewayFactory,

@@ -112,7 +112,19 @@ async def test_engine_state_saved_with_the_compaction(store: Store) -> None:
     saved = (await store.sessions.require(sid)).engine
     assert (saved.last_prompt_tokens, saved.previous_summary, saved.compression_count) == (-1, "S", 1)
     assert saved.last_compaction == CompactionInfo(at=info.at, reason="manual", tokens_before=5000,
-                                                   tokens_after=900, number=number)
+                                                   tokens_after=900, number=number, active_after=1)
+
+
+async def test_the_stored_info_says_where_the_replacement_ended_carried_rows_included(store: Store) -> None:
+    sid = await _session_with(store, 6)
+    read = await store.messages.load_active(sid)
+    # Two messages arrive while the summary is written: they follow the new set, and count as part of it.
+    await store.messages.append(sid, [user("late 1"), assistant("late 2")], [3, 3])
+    await store.compactions.replace_active(sid, [assistant("summary"), user("tail")], [5, 2], read.watermark)
+    saved = (await store.sessions.require(sid)).engine.last_compaction
+    assert saved is not None and saved.active_after == 4
+    assert [m["content"] for m in (await store.messages.load_active(sid)).messages] == \
+        ["summary", "tail", "late 1", "late 2"]
 
 
 async def test_failure_inside_the_transaction_changes_nothing(store: Store,
