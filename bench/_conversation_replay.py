@@ -72,15 +72,17 @@ async def _ask(request: str) -> None:
         raise SystemExit(f"the benchmark answered {reply!r} to {request!r}")
 
 
-async def replay(base_url: str, window: int, lines: list[str], compaction: bool) -> list[dict[str, Any]]:
-    """Replay ``lines``; per line its times and whether it was answered."""
+async def replay(base_url: str, window: int, lines: list[str], compaction: bool, *,
+                 ahead: bool = True) -> list[dict[str, Any]]:
+    """Replay ``lines``; per line its times and whether it was answered. ``ahead=False`` turns compaction ahead of
+    need off (a revision without it takes no such setting, so it is named only when off)."""
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="concord-conversation-") as tmp:
         settings = load_settings(
             llm={"provider": "anthropic", "base_url": base_url, "api_key": "bench-key", "model": MODEL,
                  "context_length": window},
             storage={"data_dir": tmp}, gateway={"sweep_cron": None}, memory={"directory": str(Path(tmp) / "memory")},
-            compression={"enabled": compaction})
+            compression={"enabled": compaction, **({} if ahead else {"ahead_of_need": False})})
         adapter = StreamingAdapter()
         gateway = Gateway(await build_runtime(settings), [adapter])
         await gateway.start()
@@ -106,10 +108,12 @@ def main() -> None:
     parser.add_argument("--window", type=int, required=True)
     parser.add_argument("--lines", type=Path, required=True, help="a JSON list of the lines to send")
     parser.add_argument("--off", action="store_true", help="compaction off (compression.enabled: false)")
+    parser.add_argument("--no-ahead", action="store_true",
+                        help="compaction only when a message needs it (compression.ahead_of_need: false)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
     lines = json.loads(args.lines.read_text("utf-8"))
-    results = asyncio.run(replay(args.base_url, args.window, lines, not args.off))
+    results = asyncio.run(replay(args.base_url, args.window, lines, not args.off, ahead=not args.no_ahead))
     print("@result " + json.dumps({"lines": results, "gateway": gateway_package.__file__}), flush=True)
 
 

@@ -144,8 +144,9 @@ def _split(bills: Sequence[Billed], turns: int) -> tuple[float, float, float, fl
 
 
 async def replay(root: Path, lines: Sequence[str], window: int, *, compaction: bool, summary_seconds: float,
-                 idle_s: float) -> Figures:
-    """Replay ``lines`` through ``root``'s gateway against a fresh server serving ``window`` tokens."""
+                 idle_s: float, ahead: bool = True) -> Figures:
+    """Replay ``lines`` through ``root``'s gateway against a fresh server serving ``window`` tokens (``ahead=False``:
+    with compaction ahead of need turned off)."""
     server = await ConversationServer(window, summary_seconds).start()
     started = time.perf_counter()
     try:
@@ -153,7 +154,8 @@ async def replay(root: Path, lines: Sequence[str], window: int, *, compaction: b
             listing = Path(tmp) / "lines.json"
             listing.write_text(json.dumps(list(lines)), "utf-8")
             command = [sys.executable, str(_REVISION), str(root), str(_REPLAY), "--base-url", server.base_url,
-                       "--window", str(window), "--lines", str(listing), *([] if compaction else ["--off"])]
+                       "--window", str(window), "--lines", str(listing), *([] if compaction else ["--off"]),
+                       *([] if ahead else ["--no-ahead"])]
             env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
             child = await asyncio.create_subprocess_exec(*command, cwd=root, env=env, stdin=asyncio.subprocess.PIPE,
                                                          stdout=asyncio.subprocess.PIPE)
