@@ -8,9 +8,9 @@ words a context rule needs in front of it) is shorter than the margin — the lo
 PEM private keys, are about 3,300 characters for RSA-4096, and a key whose beginning or end falls outside
 the margin is still caught by its other end (``pem_private_key_tail``).
 
-A secret that crosses the shown range's edge is never shown in part: the range is widened to line
-boundaries until redacting the three pieces (before, shown, after) apart gives exactly what redacting them
-together gives, so no secret spans a cut.
+A secret that crosses the shown range's edge is never shown in part: the range is widened to token, then
+line boundaries until redacting the three pieces (before, shown, after) apart gives exactly what redacting
+them together gives, so no secret spans a cut.
 """
 
 from __future__ import annotations
@@ -22,25 +22,51 @@ from agent.compression.redact import REDACTED, redact_secrets
 __all__ = ["SECRET_MARGIN", "redacted_slice"]
 
 SECRET_MARGIN = 4_096
-# Line boundaries tried on each side before the whole redacted region is used.
-_WIDENINGS = 4
+# Cut points tried on each side: token boundaries (a secret by shape is one token), then line boundaries (a
+# context rule's cue and value share a line; a PEM block is whole lines).
+_TOKEN_STEPS = 2
+_LINE_STEPS = 4
+_SPACES = " \t\n"
 
 
-def _line_starts_before(text: str, at: int, floor: int) -> list[int]:
-    points = []
-    while at > floor and len(points) < _WIDENINGS:
-        at = max(text.rfind("\n", floor, at - 1) + 1, floor)
-        points.append(at)
-    return points
+def _cuts_before(text: str, at: int, floor: int) -> list[int]:
+    """``at``, then token starts and line starts before it, all above ``floor`` (or ``floor`` itself when that
+    is the start of the text)."""
+    cuts = [at]
+    for _ in range(_TOKEN_STEPS):
+        space = max(text.rfind(c, floor, cuts[-1] - 1) for c in _SPACES) if cuts[-1] - 1 > floor else -1
+        if space < floor:
+            break
+        cuts.append(space + 1)
+    line = at
+    for _ in range(_LINE_STEPS):
+        line = text.rfind("\n", floor, line - 1) if line - 1 > floor else -1
+        if line < floor:
+            break
+        cuts.append(line + 1)
+    if floor == 0:
+        cuts.append(0)
+    return sorted(set(cuts), reverse=True)
 
 
-def _line_ends_after(text: str, at: int, ceiling: int) -> list[int]:
-    points = []
-    while at < ceiling and len(points) < _WIDENINGS:
-        found = text.find("\n", at + 1, ceiling)
-        at = ceiling if found < 0 else found
-        points.append(at)
-    return points
+def _cuts_after(text: str, at: int, ceiling: int) -> list[int]:
+    """``at``, then token ends and line ends after it, all below ``ceiling`` (or ``ceiling`` itself when that
+    is the end of the text)."""
+    cuts = [at]
+    for _ in range(_TOKEN_STEPS):
+        found = [i for i in (text.find(c, cuts[-1] + 1, ceiling) for c in _SPACES) if i >= 0]
+        if not found:
+            break
+        cuts.append(min(found))
+    line = at
+    for _ in range(_LINE_STEPS):
+        line = text.find("\n", line + 1, ceiling)
+        if line < 0:
+            break
+        cuts.append(line)
+    if ceiling == len(text):
+        cuts.append(ceiling)
+    return sorted(set(cuts))
 
 
 def redacted_slice(text: str, start: int, end: int, *,
@@ -50,26 +76,21 @@ def redacted_slice(text: str, start: int, end: int, *,
 
     ``redact`` must leave a text without secrets as the very same string (as `redact_secrets` does); that
     makes the common case — no secret near the range — a single redaction of the range and its margins.
+    When no cut point near the range splits the text cleanly, the range is shown as one ``[REDACTED]``.
     """
     start, end = max(0, min(start, len(text))), max(0, min(end, len(text)))
+    end = max(start, end)
     low, high = max(0, start - SECRET_MARGIN), min(len(text), end + SECRET_MARGIN)
     region = text[low:high]
     whole = redact(region)
     if whole is region:
         return start, end, text[start:end]
-    lefts = [start, *_line_starts_before(text, start, low)]
-    rights = [end, *_line_ends_after(text, end, high)]
-    for index in range(max(len(lefts), len(rights))):
-        left, right = lefts[min(index, len(lefts) - 1)], rights[min(index, len(rights) - 1)]
+    lefts, rights = _cuts_before(text, start, low), _cuts_after(text, end, high)
+    # Keeping the start first: a page then begins where the one before it ended (that cut was clean).
+    tries = [*((start, r) for r in rights), *((left, end) for left in lefts[1:]),
+             *zip(lefts[1:], rights[1:], strict=False)]
+    for left, right in tries:
         shown = redact(text[left:right])
         if redact(text[low:left]) + shown + redact(text[right:high]) == whole:
             return left, right, shown
-    # Nothing narrower splits cleanly: the whole redacted region, less its first and last lines when they are
-    # cut from the text around it (a secret crossing the region's own edge would show there in part).
-    first = whole.find("\n") + 1 if low > 0 else 0
-    last = whole.rfind("\n") if high < len(text) else len(whole)
-    cut_low = low + (region.find("\n") + 1 if low > 0 else 0)
-    cut_high = high - (len(region) - region.rfind("\n") if high < len(text) else 0)
-    if (first <= 0 and low > 0) or last < first:
-        return start, end, REDACTED  # one unbroken line around the range, secrets in it: show none of it
-    return cut_low, max(cut_high, cut_low), whole[first:last]
+    return start, end, REDACTED
