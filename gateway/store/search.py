@@ -3,8 +3,8 @@
 A query of plain words (`parse_query`) is matched with all its words first (word prefixes, on the word
 indexes: FTS5 unicode61 on SQLite, the ``search_tsv`` tsvector on PostgreSQL), ranked by BM25 — FTS5's
 ``bm25()``; on PostgreSQL the sum over the query's words of ``ts_rank`` weighted by the word's inverse
-document frequency in the searched sessions (`pg_rank`), since ``ts_rank`` alone weighs a word found in
-every message like a rare one. When all-words matching fills fewer than the ``limit`` places asked for,
+document frequency (`pg_rank`), since ``ts_rank`` alone weighs a word found in every message like a rare
+one. When all-words matching fills fewer than the ``limit`` places asked for,
 any-word matching fills the rest: messages holding any of the query's informative words (stop words left
 out, words cut to their stems), ranked the same way, after every all-words hit. An all-words match holds
 everything the caller thought of, so it keeps its place; the rest of the page goes to the closest partial
@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.store.database import run_read
 from gateway.store.models import MessageRow
-from gateway.store.pg_rank import pg_rank
+from gateway.store.pg_rank import WordStatsCache, pg_rank
 from gateway.store.records import SearchHit
 from gateway.store.search_terms import Query, parse_query, split_terms
 from gateway.store.snippets import cut_snippet
@@ -83,12 +83,16 @@ class _Scope:
     def load_seen(self, conn: Connection) -> None:
         if self.skip_active_of is None:
             return
-        # The bare column matches the partial index's own condition, so SQLite can use it (not a scan of
-        # every row of a long session).
-        query = (select(MessageRow.search_text)
-                 .with_hint(MessageRow, "INDEXED BY ix_messages_active", dialect_name="sqlite")
-                 .where(MessageRow.session_id == self.skip_active_of, text("messages.active")))
-        self.seen = set(conn.execute(query).scalars())
+        self.seen = set(conn.execute(_ACTIVE_TEXTS[conn.dialect.name], {"session": self.skip_active_of}).scalars())
+
+
+# The texts of a session's active rows. On SQLite the partial index is named: without statistics the planner
+# picks the (session_id, archived_by) index and reads every row the session ever had.
+_ACTIVE_TEXTS = {
+    "sqlite": text("SELECT search_text FROM messages INDEXED BY ix_messages_active "
+                   "WHERE session_id = :session AND active"),
+    "postgresql": text("SELECT search_text FROM messages WHERE session_id = :session AND active"),
+}
 
 
 class MessageSearch:
@@ -97,13 +101,14 @@ class MessageSearch:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self._dialect = engine.dialect.name
+        self._word_stats = WordStatsCache()
 
     # ------------------------------------------------------------------ ordered candidate ids per matcher
 
     def _words(self, conn: Connection, keys: Sequence[str], *, every: bool, scope: _Scope) -> Select[Any]:
         """Ids best first: messages with every (``every``) or any of ``keys`` as word prefixes."""
         if self._dialect == "postgresql":
-            return pg_rank(conn, keys, every=every, where=scope.where)
+            return pg_rank(keys, self._word_stats.get(conn), every=every, where=scope.where)
         match = (" AND " if every else " OR ").join(_fts5_string(k) + "*" for k in keys)
         fts = text("SELECT rowid, bm25(messages_fts) AS rank FROM messages_fts WHERE messages_fts MATCH :q") \
             .bindparams(q=match).columns(literal_column("rowid"), literal_column("rank")).subquery("fts")
@@ -151,10 +156,13 @@ class MessageSearch:
                     .where(MessageRow.id.in_(fresh)))}
                 for i in fresh:
                     r = found[i]
+                    taken.add(i)
+                    # A copy of what the model sees, or of a hit already listed: compaction and rotation copy
+                    # the verbatim tail, and the copy is archived in turn by the next compaction.
                     if r.search_text not in scope.seen and len(rows) < want:
                         rows.append(_Row(r.id, r.session_id, r.seq, r.role, r.created_at, r.active,
                                          r.search_text, match))
-                        taken.add(i)
+                        scope.seen.add(r.search_text)
             if len(ids) < page:
                 break
             offset, page = offset + page, page * 2
@@ -163,6 +171,10 @@ class MessageSearch:
     def _rows(self, conn: Connection, query: Query, limit: int, scope: _Scope, pool: int) -> list[_Row]:
         """All-words (or exact) hits, then any-word hits up to ``limit`` (``pool`` of them when a re-ranker
         will choose among them)."""
+        if self._dialect == "postgresql":
+            # After five runs of a prepared statement PostgreSQL may switch to a plan made without the query's
+            # words, and the word index's selectivity is all that keeps a ranking query cheap.
+            conn.exec_driver_sql("SET LOCAL plan_cache_mode = force_custom_plan")
         scope.load_seen(conn)
         taken: set[int] = set()
         if query.words:

@@ -11,10 +11,12 @@ text is never shown cut without saying so. Only the shown range (and a margin) i
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from agent.compression.redact_window import redacted_slice
+from agent.compression.secret_rules import fold_ascii
 
 __all__ = ["WHOLE_LINES_CHARS", "Snippet", "cut_snippet"]
 
@@ -32,33 +34,48 @@ class Snippet:
     more_at: int | None = None
 
 
-def _phrase_span(body: str, phrase: str) -> tuple[int, int] | None:
-    """Where ``phrase`` occurs in ``body`` (case and runs of whitespace aside), first occurrence."""
-    words = phrase.split()
+def _phrase_span(folded: str, phrase: str) -> tuple[int, int] | None:
+    """Where ``phrase`` occurs in the case-folded body (runs of whitespace aside), first occurrence."""
+    words = fold_ascii(phrase).split()
     if not words:
         return None
-    found = re.search(r"\s+".join(map(re.escape, words)), body, re.IGNORECASE)
+    found = re.search(r"\s+".join(map(re.escape, words)), folded)
     return found.span() if found else None
 
 
-def _best_spot(lowered: str, terms: Sequence[str]) -> tuple[int, int] | None:
-    """(start, end) of the best-matching term: the occurrence with the most distinct query terms near it,
-    then the longest term (the most distinctive), then the earliest; None when no term occurs."""
+def _best_spot(folded: str, terms: Sequence[str]) -> tuple[int, int] | None:
+    """(start, end) of the best-matching term in the case-folded body: the occurrence with the most distinct
+    query terms near it, then the longest term (the most distinctive), then the earliest; None when no term
+    occurs."""
     spots: list[tuple[int, int, int]] = []  # (position, length, term index)
-    for index, term in enumerate(t.lower() for t in terms):
-        at = lowered.find(term) if term else -1
-        while at >= 0 and len(spots) < _MAX_SPOTS:
+    for index, term in enumerate(fold_ascii(t) for t in terms):
+        at = folded.find(term) if term else -1
+        found = 0
+        while at >= 0 and found < _MAX_SPOTS:
             spots.append((at, len(term), index))
-            at = lowered.find(term, at + len(term))
+            found += 1
+            at = folded.find(term, at + len(term))
     if not spots:
         return None
-
-    def score(spot: tuple[int, int, int]) -> tuple[int, int, int]:
-        near = {i for p, _, i in spots if abs(p - spot[0]) <= _RADIUS * 2}
-        return len(near), spot[1], -spot[0]
-
-    at, length, _ = max(spots, key=score)
-    return at, at + length
+    spots.sort()
+    # Distinct terms within the window around each spot, by a window sliding over the sorted spots.
+    counts: Counter[int] = Counter()
+    low = high = 0
+    best: tuple[int, int, int] = (-1, 0, 0)
+    best_spot = spots[0]
+    for spot in spots:
+        while high < len(spots) and spots[high][0] <= spot[0] + 2 * _RADIUS:
+            counts[spots[high][2]] += 1
+            high += 1
+        while spots[low][0] < spot[0] - 2 * _RADIUS:
+            counts[spots[low][2]] -= 1
+            if not counts[spots[low][2]]:
+                del counts[spots[low][2]]
+            low += 1
+        score = (len(counts), spot[1], -spot[0])
+        if score > best:
+            best, best_spot = score, spot
+    return best_spot[0], best_spot[0] + best_spot[1]
 
 
 def _shown_range(body: str, start: int, end: int) -> tuple[int, int]:
@@ -81,7 +98,8 @@ def cut_snippet(body: str, terms: Sequence[str], phrase: str = "", *,
                 redact: Callable[[str], str] | None = None) -> Snippet:
     """The snippet of ``body`` for a query of ``terms`` (``phrase``: the query as typed, see the module
     docstring); ``redact`` rewrites the shown range (with a margin) before it is shown."""
-    span = (_phrase_span(body, phrase) if len(terms) > 1 else None) or _best_spot(body.lower(), terms)
+    folded = fold_ascii(body)  # A-Z lowered, every position kept: cheap on a megabyte, unlike str.lower()
+    span = (_phrase_span(folded, phrase) if len(terms) > 1 else None) or _best_spot(folded, terms)
     # No term as typed (a stem or a diacritic matched it): the beginning of the message.
     low, high = _shown_range(body, *span) if span else (0, min(len(body), 2 * _RADIUS))
     if redact is not None:
