@@ -160,6 +160,12 @@ def session_record(row: Row[Any] | Any) -> SessionRecord:
     )
 
 
+# What `message_record` reads: every column but the search text (a second copy of a long message's text).
+RECORD_COLUMNS = (MessageRow.session_id, MessageRow.seq, MessageRow.role, MessageRow.payload, MessageRow.tokens,
+                  MessageRow.created_at, MessageRow.active, MessageRow.archived_at, MessageRow.archived_by,
+                  MessageRow.compacted)
+
+
 def message_record(row: Row[Any]) -> MessageRecord:
     """A messages row as a `MessageRecord`."""
     return MessageRecord(

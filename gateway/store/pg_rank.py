@@ -62,6 +62,11 @@ class WordStats:
         high = bisect.bisect_left(self.words, prefix + "\U0010ffff")
         return min(1.0, sum(self.shares[low:high])) if high > low else self.floor / 2
 
+    def share_of(self, word: str) -> float:
+        """The share of messages holding ``word`` itself."""
+        at = bisect.bisect_left(self.words, word)
+        return self.shares[at] if at < len(self.words) and self.words[at] == word else self.floor / 2
+
 
 def load_word_stats(conn: Connection) -> WordStats | None:
     """The word statistics of ``search_tsv``; None before the first ANALYZE."""
@@ -89,15 +94,16 @@ class WordStatsCache:
         return self._stats
 
 
-def _prefix_query(keys: Sequence[str], joiner: str) -> Any:
-    return func.to_tsquery("simple", joiner.join(f"{k}:*" for k in keys))
-
-
 def pg_rank(keys: Sequence[str], stats: WordStats | None, *, every: bool,
-            where: Callable[[Select[Any]], Select[Any]]) -> Select[Any]:
-    """Ids of the messages ``where`` admits that hold every (``every``) or any of ``keys`` as word prefixes,
-    best first (see the module docstring); ``keys`` are plain words (letters and digits only)."""
-    shares = [stats.share(k) if stats else 0.0 for k in keys]
+            where: Callable[[Select[Any]], Select[Any]], min_prefix: int = 1) -> Select[Any]:
+    """Ids of the messages ``where`` admits that hold every (``every``) or any of ``keys`` — as word prefixes
+    when at least ``min_prefix`` long, else as whole words — best first (see the module docstring); ``keys``
+    are plain words (letters and digits only)."""
+
+    def _prefix_query(words: Sequence[str], joiner: str) -> Any:
+        return func.to_tsquery("simple", joiner.join(w + (":*" if len(w) >= min_prefix else "") for w in words))
+
+    shares = [(stats.share(k) if len(k) >= min_prefix else stats.share_of(k)) if stats else 0.0 for k in keys]
     rare = [k for k, share in zip(keys, shares, strict=True) if share < RARE_SHARE]
     matching = keys if every or not rare else rare
     condition = _TSV.op("@@")(_prefix_query(matching, " & " if every else " | "))

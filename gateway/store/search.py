@@ -32,7 +32,7 @@ from gateway.store.database import run_read
 from gateway.store.models import MessageRow
 from gateway.store.pg_rank import WordStatsCache, pg_rank
 from gateway.store.records import SearchHit
-from gateway.store.search_terms import Query, parse_query, split_terms
+from gateway.store.search_terms import MIN_PREFIX, Query, parse_query, split_terms
 from gateway.store.snippets import cut_snippet
 
 __all__ = ["ALL_WORDS", "ANY_WORD", "BY_MEANING", "EXACT_TEXT", "MessageSearch", "Rerank", "split_terms"]
@@ -106,10 +106,13 @@ class MessageSearch:
     # ------------------------------------------------------------------ ordered candidate ids per matcher
 
     def _words(self, conn: Connection, keys: Sequence[str], *, every: bool, scope: _Scope) -> Select[Any]:
-        """Ids best first: messages with every (``every``) or any of ``keys`` as word prefixes."""
+        """Ids best first: messages with every (``every``: as typed, word prefixes) or any of ``keys`` (word
+        prefixes from `MIN_PREFIX` characters on, whole words below)."""
+        prefix = 1 if every else MIN_PREFIX
         if self._dialect == "postgresql":
-            return pg_rank(keys, self._word_stats.get(conn), every=every, where=scope.where)
-        match = (" AND " if every else " OR ").join(_fts5_string(k) + "*" for k in keys)
+            return pg_rank(keys, self._word_stats.get(conn), every=every, where=scope.where, min_prefix=prefix)
+        match = (" AND " if every else " OR ").join(_fts5_string(k) + ("*" if len(k) >= prefix else "")
+                                                     for k in keys)
         fts = text("SELECT rowid, bm25(messages_fts) AS rank FROM messages_fts WHERE messages_fts MATCH :q") \
             .bindparams(q=match).columns(literal_column("rowid"), literal_column("rank")).subquery("fts")
         query = select(MessageRow.id).join(fts, fts.c.rowid == MessageRow.id)
