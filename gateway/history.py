@@ -14,11 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agent.compression.messages import plain_text
 from agent.compression.redact_window import redacted_slice
 from agent.tools.registry import Tool
 from gateway.recall import READ_TOOL, conversation_sessions
-from gateway.store import MessageRecord, Store
+from gateway.store import MessageRecord, Store, message_text
 
 __all__ = ["DEFAULT_PAGE_CHARS", "MAX_NEIGHBOURS", "MAX_PAGE_CHARS", "READ_TOOL", "read_history_tool"]
 
@@ -48,7 +47,7 @@ def _page(text: str, offset: int, size: int, seq: int) -> str:
 
 
 def _render(record: MessageRecord, current: str, *, offset: int, size: int) -> str:
-    text = plain_text(record.message)
+    text = message_text(record.message)
     if offset and offset >= len(text):
         return f"{_header(record, current, len(text))}\nNothing at offset {offset:,}: the message is shorter."
     return f"{_header(record, current, len(text))}\n{_page(text, offset, size, record.seq)}"

@@ -21,6 +21,7 @@ the any-word candidates by meaning.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -210,7 +211,8 @@ class MessageSearch:
         pool = RERANK_POOL if rerank is not None else 0
         rows = await run_read(self._engine, lambda conn: self._rows(conn, parsed, limit, scope, pool))
         if rerank is not None:
-            rows = _reranked(rows, parsed, rerank)
+            # A thread: the first call loads the model (about a second), and each embeds ~30 texts.
+            rows = await asyncio.to_thread(_reranked, rows, parsed, rerank)
         terms = parsed.words or parsed.substrings
         hits = []
         for row in rows[:limit]:
