@@ -113,4 +113,4 @@ def pg_rank(keys: Sequence[str], stats: WordStats | None, *, every: bool,
     weights = [bm25_idf(rows, share * rows) if stats else 1.0 for share in shares]
     score = sum((literal(w, Float) * func.ts_rank(candidates.c.tsv, _prefix_query([k], ""), 1)
                  for k, w in zip(keys, weights, strict=True)), start=literal(0.0, Float))
-    return select(candidates.c.id).order_by(score.desc(), candidates.c.id.desc())
+    return select(candidates.c.id, score.label("score")).order_by(score.desc(), candidates.c.id.desc())

@@ -8,7 +8,9 @@ one. When all-words matching fills fewer than the ``limit`` places asked for,
 any-word matching fills the rest: messages holding any of the query's informative words (stop words left
 out, words cut to their stems), ranked the same way, after every all-words hit. An all-words match holds
 everything the caller thought of, so it keeps its place; the rest of the page goes to the closest partial
-matches — a paraphrase shares some words with its question, rarely all of them.
+matches — a paraphrase shares some words with its question, rarely all of them — and to the answers to the
+matching messages that ask something (`_with_answers`): "what concert was it?" matches, "It was Matt
+Patterson" answers.
 
 Anything else — CJK text (no spaces, so no words), JSON fragments, paths, punctuation — is an exact
 substring search, newest first: trigram indexes for terms of 3+ characters (FTS5 trigram / pg_trgm), and a
@@ -26,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Select, and_, literal_column, or_, select, text
+from sqlalchemy import ColumnElement, Connection, Select, and_, literal_column, or_, select, text, tuple_
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.store.database import run_read
@@ -41,6 +43,8 @@ __all__ = ["ALL_WORDS", "ANY_WORD", "BY_MEANING", "EXACT_TEXT", "MessageSearch",
 ALL_WORDS, ANY_WORD, EXACT_TEXT, BY_MEANING = "all words", "any word", "exact text", "any word, by meaning"
 # Any-word candidates a re-ranker chooses from (the BM25 best of them).
 RERANK_POOL = 30
+# Any-word candidates whose answers are ranked with them.
+ANSWER_POOL = 20
 # (query, candidate texts) → one similarity per text, higher is closer.
 Rerank = Callable[[str, Sequence[str]], Sequence[float]]
 
@@ -116,7 +120,8 @@ class MessageSearch:
                                                      for k in keys)
         fts = text("SELECT rowid, bm25(messages_fts) AS rank FROM messages_fts WHERE messages_fts MATCH :q") \
             .bindparams(q=match).columns(literal_column("rowid"), literal_column("rank")).subquery("fts")
-        query = select(MessageRow.id).join(fts, fts.c.rowid == MessageRow.id)
+        # bm25() is lower for better matches: negated, a score that grows with relevance (as on PostgreSQL).
+        query = select(MessageRow.id, (-fts.c.rank).label("score")).join(fts, fts.c.rowid == MessageRow.id)
         return scope.where(query).order_by(fts.c.rank, MessageRow.id.desc())
 
     def _substrings(self, terms: Sequence[str], scope: _Scope) -> Select[Any]:
@@ -144,33 +149,60 @@ class MessageSearch:
     # ------------------------------------------------------------------ paging through a matcher's order
 
     @staticmethod
-    def _collect(conn: Connection, ordered: Select[Any], want: int, match: str, scope: _Scope,
-                 taken: set[int]) -> list[_Row]:
-        """The first ``want`` rows of ``ordered`` that are not in ``taken`` and not copies of what the model
-        sees; texts are loaded only for those (never for every candidate the ranking looked at)."""
+    def _take(conn: Connection, ids: Sequence[int], want: int, match: str, scope: _Scope, taken: set[int],
+              rows: list[_Row]) -> None:
+        """Append to ``rows`` those of ``ids`` (in order) not in ``taken`` and not copies of what the model sees,
+        until there are ``want``."""
+        fresh = [i for i in ids if i not in taken]
+        if not fresh:
+            return
+        found = {r.id: r for r in conn.execute(
+            select(MessageRow.id, MessageRow.session_id, MessageRow.seq, MessageRow.role, MessageRow.created_at,
+                   MessageRow.active, MessageRow.search_text).where(MessageRow.id.in_(fresh)))}
+        for i in fresh:
+            if len(rows) >= want:
+                return
+            r = found[i]
+            taken.add(i)
+            # A copy of what the model sees, or of a hit already listed: compaction and rotation copy the
+            # verbatim tail, and the copy is archived in turn by the next compaction.
+            if r.search_text not in scope.seen:
+                rows.append(_Row(r.id, r.session_id, r.seq, r.role, r.created_at, r.active, r.search_text, match))
+                scope.seen.add(r.search_text)
+
+    def _collect(self, conn: Connection, ordered: Select[Any], want: int, match: str, scope: _Scope,
+                 taken: set[int], first: Sequence[int] = ()) -> list[_Row]:
+        """The first ``want`` rows of ``first`` then of ``ordered`` that are not in ``taken`` and not copies of
+        what the model sees; texts are loaded only for those (never for every candidate the ranking saw)."""
         rows: list[_Row] = []
+        self._take(conn, first, want, match, scope, taken, rows)
         offset, page = 0, want + len(taken) + 8
         while len(rows) < want:
-            ids = [i for i in conn.execute(ordered.limit(page).offset(offset)).scalars()]
-            fresh = [i for i in ids if i not in taken]
-            if fresh:
-                found = {r.id: r for r in conn.execute(
-                    select(MessageRow.id, MessageRow.session_id, MessageRow.seq, MessageRow.role,
-                           MessageRow.created_at, MessageRow.active, MessageRow.search_text)
-                    .where(MessageRow.id.in_(fresh)))}
-                for i in fresh:
-                    r = found[i]
-                    taken.add(i)
-                    # A copy of what the model sees, or of a hit already listed: compaction and rotation copy
-                    # the verbatim tail, and the copy is archived in turn by the next compaction.
-                    if r.search_text not in scope.seen and len(rows) < want:
-                        rows.append(_Row(r.id, r.session_id, r.seq, r.role, r.created_at, r.active,
-                                         r.search_text, match))
-                        scope.seen.add(r.search_text)
+            ids = list(conn.execute(ordered.limit(page).offset(offset)).scalars())
+            self._take(conn, ids, want, match, scope, taken, rows)
             if len(ids) < page:
                 break
             offset, page = offset + page, page * 2
         return rows
+
+    @staticmethod
+    def _with_answers(conn: Connection, ordered: Select[Any], scope: _Scope, pool: int) -> list[int]:
+        """The ``pool`` best of ``ordered``, and the answers to those that ask something, by score; an answer
+        (the message right after one holding a "?") gets the question's score added to its own: in a
+        conversation the answer to a matching question is often where the query's words are not."""
+        scored = {r.id: float(r.score) for r in conn.execute(ordered.limit(pool))}
+        if not scored:
+            return []
+        asking = {(r.session_id, r.seq): r.id for r in conn.execute(
+            select(MessageRow.id, MessageRow.session_id, MessageRow.seq)
+            .where(MessageRow.id.in_(list(scored)), MessageRow.search_text.like("%?%")))}
+        total = dict(scored)
+        if asking:
+            answers = scope.where(select(MessageRow.id, MessageRow.session_id, MessageRow.seq).where(
+                tuple_(MessageRow.session_id, MessageRow.seq).in_([(s, q + 1) for s, q in asking])))
+            for r in conn.execute(answers):
+                total[r.id] = total.get(r.id, 0.0) + scored[asking[(r.session_id, r.seq - 1)]]
+        return sorted(total, key=lambda i: (-total[i], -i))
 
     def _rows(self, conn: Connection, query: Query, limit: int, scope: _Scope, pool: int) -> list[_Row]:
         """All-words (or exact) hits, then any-word hits up to ``limit`` (``pool`` of them when a re-ranker
@@ -188,7 +220,9 @@ class MessageSearch:
             rows = self._collect(conn, self._substrings(query.substrings, scope), limit, EXACT_TEXT, scope, taken)
         if len(rows) < limit and query.keys:
             rest = self._words(conn, query.keys, every=False, scope=scope)
-            rows += self._collect(conn, rest, max(limit - len(rows), pool), ANY_WORD, scope, taken)
+            want = max(limit - len(rows), pool)
+            best = self._with_answers(conn, rest, scope, max(want, ANSWER_POOL))
+            rows += self._collect(conn, rest, want, ANY_WORD, scope, taken, first=best)
         return rows
 
     async def search(self, query: str, *, session_id: str | None = None, limit: int = 20,
