@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 
 from bench.corpus import Transcript, iter_transcripts
@@ -65,17 +65,29 @@ async def evidence_hits(store: Store, session_id: str, transcript: Transcript, s
     return counts
 
 
-async def _conversation(store: Store, transcript: Transcript, rerank: Rerank | None) -> Counter[str]:
+async def _store(store: Store, transcript: Transcript) -> tuple[str, int]:
+    """Store the conversation and compact it whole; (session id, number of its first message)."""
     record = await store.sessions.get_or_create_active("bench", f"locomo:{transcript.name}")
     messages = transcript.messages
     await store.messages.append(record.id, messages, [1] * len(messages))
     active = await store.messages.load_active(record.id)
     summary = {"role": "assistant", "content": "Summary: a long conversation between two friends."}
     await store.compactions.replace_active(record.id, [summary], [10], active.watermark)
-    first = active.watermark - len(messages) + 1
-    index: dict[str, int] = transcript.meta.get("dia_index", {})
-    return await evidence_hits(store, record.id, transcript, lambda e: first + index[e] if e in index else None,
-                               rerank)
+    return record.id, active.watermark - len(messages) + 1
+
+
+async def _measure(store: Store, transcripts: Sequence[Transcript], rerank: Rerank | None) -> Counter[str]:
+    stored = [await _store(store, t) for t in transcripts]
+    if store.dialect == "postgresql":
+        async with store.engine.begin() as conn:
+            await conn.exec_driver_sql("ANALYZE")  # the word statistics autovacuum keeps in a live store
+    totals: Counter[str] = Counter()
+    for transcript, (session_id, first) in zip(transcripts, stored, strict=True):
+        index: dict[str, int] = transcript.meta.get("dia_index", {})
+        totals.update(await evidence_hits(store, session_id, transcript,
+                                          lambda e, index=index, first=first: first + index[e] if e in index else None,
+                                          rerank))
+    return totals
 
 
 async def run(postgres: str | None, kinds: Iterable[str] = ("locomo",)) -> int:
@@ -88,16 +100,13 @@ async def run(postgres: str | None, kinds: Iterable[str] = ("locomo",)) -> int:
     questions = sum(len(t.meta.get("qa", ())) for t in transcripts)
     print(f"{len(transcripts)} LoCoMo conversations, {questions:,} questions; evidence turns in the top {TOP} hits"
           f" (target ≥ {TARGET:.0%}); re-ranker: {'installed' if rerank else 'not installed (extra rerank)'}\n")
-    print(f"{'backend':<12}" + "".join(f"{name:>32}" for name in variants(rerank)))
+    print(f"{'backend':<12}" + "".join(f"{name:>48}" for name in variants(rerank)))
     async with bench_databases(postgres, "concord_locomo_search") as databases:
         for backend, url in databases:
-            totals: dict[str, int] = defaultdict(int)
             async with await Store.open(url, migrate=False) as store:
-                for transcript in transcripts:
-                    for key, value in (await _conversation(store, transcript, rerank)).items():
-                        totals[key] += value
+                totals = await _measure(store, transcripts, rerank)
             turns = max(totals["turns"], 1)
-            print(f"{backend:<12}" + "".join(f"{totals[name] / turns:>32.1%}" for name in variants(rerank)))
+            print(f"{backend:<12}" + "".join(f"{totals[name] / turns:>48.1%}" for name in variants(rerank)))
     if postgres is None:
         print("postgresql: skipped (no URL; pass --postgres or set CONCORD_BENCH_POSTGRES_URL)")
     return 0

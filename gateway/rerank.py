@@ -59,10 +59,15 @@ class MeaningRerank:
 @cache
 def meaning_rerank() -> Rerank | None:
     """The re-ranker when the ``rerank`` extra is installed, else None (search then ranks by words alone)."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
     try:
         import wordllama
     except ImportError:
         return None
+    finally:
+        # wordllama calls logging.basicConfig(level=INFO) on import: the process's logging is not its to set.
+        root.handlers[:], root.level = handlers, level
     package_dir = Path(wordllama.__file__).resolve().parent
     if not (package_dir / "weights").is_dir():
         log.warning("search: wordllama is installed without its bundled weights; re-ranking by meaning is off")

@@ -41,8 +41,11 @@ from gateway.store.snippets import cut_snippet
 __all__ = ["ALL_WORDS", "ANY_WORD", "BY_MEANING", "EXACT_TEXT", "MessageSearch", "Rerank", "split_terms"]
 
 ALL_WORDS, ANY_WORD, EXACT_TEXT, BY_MEANING = "all words", "any word", "exact text", "any word, by meaning"
-# Any-word candidates a re-ranker chooses from (the BM25 best of them).
-RERANK_POOL = 30
+# Any-word candidates a re-ranker orders (the best of them by words), and how it fuses the two orders
+# (reciprocal rank fusion: 1 / (k + place by words) + weight / (k + place by meaning)).
+RERANK_POOL = 10
+_FUSION_K = 5
+_MEANING_WEIGHT = 0.5
 # Any-word candidates whose answers are ranked with them.
 ANSWER_POOL = 20
 # (query, candidate texts) → one similarity per text, higher is closer.
@@ -258,11 +261,15 @@ class MessageSearch:
 
 
 def _reranked(rows: list[_Row], query: Query, rerank: Rerank) -> list[_Row]:
-    """The first-pass hits as they are, then the any-word candidates by their similarity to the query."""
+    """The first-pass hits as they are, then the any-word hits by reciprocal rank fusion of their word rank and
+    their rank by similarity to the query. Fused, not replaced: measured on LoCoMo, ordering by similarity
+    alone loses a third of the evidence the word ranking finds (static embeddings of a question and of its
+    answer are not close; README, "Search by meaning")."""
     firm = [r for r in rows if r.match != ANY_WORD]
     loose = [r for r in rows if r.match == ANY_WORD]
     if len(loose) < 2:
         return rows
     scores = rerank(query.phrase, [cut_snippet(r.text, query.keys, query.phrase).text for r in loose])
-    order = sorted(range(len(loose)), key=lambda i: -scores[i])
-    return firm + [replace(loose[i], match=BY_MEANING) for i in order]
+    by_meaning = {i: place for place, i in enumerate(sorted(range(len(loose)), key=lambda i: -scores[i]))}
+    fused = sorted(range(len(loose)), key=lambda i: -(1 / (_FUSION_K + i) + _MEANING_WEIGHT / (_FUSION_K + by_meaning[i])))
+    return firm + [replace(loose[i], match=BY_MEANING) for i in fused]
