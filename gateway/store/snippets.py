@@ -108,5 +108,7 @@ def cut_snippet(body: str, terms: Sequence[str], phrase: str = "", *,
         shown = body[low:high]
     line_end = body.find("\n", high)
     goes_on = high < (len(body) if line_end < 0 else line_end)
-    text = ("…" if low > 0 else "") + " ".join(shown.split()) + ("…" if high < len(body) else "")
+    # "…" marks a line cut short, never a whole line shown without the lines around it.
+    cut_before = low > 0 and body[low - 1] != "\n"
+    text = ("…" if cut_before else "") + " ".join(shown.split()) + ("…" if goes_on else "")
     return Snippet(text, high if goes_on else None)
