@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Select, and_, literal_column, or_, select, text, tuple_
+from sqlalchemy import ColumnElement, Connection, Select, and_, literal_column, or_, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.store.database import run_read
@@ -201,10 +201,14 @@ class MessageSearch:
             .where(MessageRow.id.in_(list(scored)), MessageRow.search_text.like("%?%")))}
         total = dict(scored)
         if asking:
+            # Sessions and numbers apart (each served by the (session_id, seq) index), the pairs checked here:
+            # SQLite scans for a row-value IN list.
             answers = scope.where(select(MessageRow.id, MessageRow.session_id, MessageRow.seq).where(
-                tuple_(MessageRow.session_id, MessageRow.seq).in_([(s, q + 1) for s, q in asking])))
+                MessageRow.session_id.in_({s for s, _ in asking}), MessageRow.seq.in_({q + 1 for _, q in asking})))
             for r in conn.execute(answers):
-                total[r.id] = total.get(r.id, 0.0) + scored[asking[(r.session_id, r.seq - 1)]]
+                question = asking.get((r.session_id, r.seq - 1))
+                if question is not None:
+                    total[r.id] = total.get(r.id, 0.0) + scored[question]
         return sorted(total, key=lambda i: (-total[i], -i))
 
     def _rows(self, conn: Connection, query: Query, limit: int, scope: _Scope, pool: int) -> list[_Row]:
