@@ -16,19 +16,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import insert
 
-from bench.scratch_db import scratch_postgres
-from gateway.store import Store, upgrade_database
+from bench.scratch_db import bench_databases
+from gateway.store import Store
 from gateway.store._rows import new_session_values
 from gateway.store.database import write
 from gateway.store.models import SessionRow
@@ -55,19 +52,6 @@ def _message(i: int) -> tuple[Message, int]:
     if kind == 2:
         return {"role": "tool", "tool_call_id": f"c{i - 1}", "content": "def main():\n    return 0\n" * 8}, 90
     return {"role": "assistant", "content": f"第{i}轮：我们需要压缩上下文窗口，配置已经检查完毕。"}, 25
-
-
-@asynccontextmanager
-async def _databases(postgres: str | None) -> AsyncIterator[list[tuple[str, str]]]:
-    with tempfile.TemporaryDirectory(prefix="concord-bench-") as tmp:
-        urls = [("sqlite", f"sqlite+aiosqlite:///{Path(tmp) / 'bench.db'}")]
-        async with AsyncExitStack() as stack:
-            if postgres:
-                urls.append(("postgresql", await stack.enter_async_context(
-                    scratch_postgres(postgres, "concord_bench"))))
-            for _, url in urls:
-                await upgrade_database(url)
-            yield urls
 
 
 async def _session_figures(store: Store, size: int) -> tuple[float, float, float, float, float]:
@@ -117,7 +101,7 @@ async def _hygiene(store: Store) -> tuple[float, int]:
 async def run(postgres: str | None, sizes: Sequence[int]) -> int:
     """Print the figures; 0 when the hygiene query met its target on every database."""
     ok = True
-    async with _databases(postgres) as databases:
+    async with bench_databases(postgres, "concord_bench") as databases:
         print(f"{'database':<11}{'messages':>9}{'append/s 1-msg':>16}{'append/s batch':>16}"
               f"{'load ms':>9}{'compact ms':>12}{'search ms':>11}")
         for name, url in databases:

@@ -5,7 +5,8 @@ a few lines below the words the model thought of). The summary's ledger and ever
 numbers (``#57``); this tool returns that message whole — paged by characters, with "N more characters"
 when cut — and, on request, the messages just before and after it. Same scope as ``search_history``: this
 chat's sessions only (the current one and its ancestors through rotation), never another chat or another
-user's DM. Secrets are redacted before any paging, so no page shows part of one.
+user's DM. Offsets count characters of the stored text; each page is redacted with a margin around it, and
+widened to whole lines where a secret crosses its edge, so no page shows part of one.
 """
 
 from __future__ import annotations
@@ -13,15 +14,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agent.compression.messages import plain_text
-from agent.compression.redact import redact_secrets
+from agent.compression.redact_window import redacted_slice
 from agent.tools.registry import Tool
-from gateway.recall import conversation_sessions
-from gateway.store import MessageRecord, Store
+from gateway.recall import READ_TOOL, conversation_sessions
+from gateway.store import MessageRecord, Store, message_text
 
 __all__ = ["DEFAULT_PAGE_CHARS", "MAX_NEIGHBOURS", "MAX_PAGE_CHARS", "READ_TOOL", "read_history_tool"]
 
-READ_TOOL = "read_history"
 DEFAULT_PAGE_CHARS = 4_000
 MAX_PAGE_CHARS = 8_000
 MIN_PAGE_CHARS = 200
@@ -37,16 +36,18 @@ def _header(record: MessageRecord, current: str, length: int) -> str:
 
 
 def _page(text: str, offset: int, size: int, seq: int) -> str:
-    page = text[offset : offset + size]
-    rest = len(text) - offset - len(page)
+    """Characters ``[offset, offset + size)`` of ``text`` with secrets redacted — only that range and a margin
+    is redacted (`redacted_slice`), so a page of a 1 MB message costs what a short message does; the range
+    widens to whole lines when a secret crosses its edge, and the next page starts where this one ended."""
+    _, end, page = redacted_slice(text, offset, offset + size)
+    rest = len(text) - end
     if rest > 0:
-        page += (f"\n[… {rest:,} more characters: call {READ_TOOL} with number={seq} "
-                 f"offset={offset + len(page)}]")
+        page += f"\n[… {rest:,} more characters: call {READ_TOOL} with number={seq} offset={end}]"
     return page
 
 
 def _render(record: MessageRecord, current: str, *, offset: int, size: int) -> str:
-    text = redact_secrets(plain_text(record.message))
+    text = message_text(record.message)
     if offset and offset >= len(text):
         return f"{_header(record, current, len(text))}\nNothing at offset {offset:,}: the message is shorter."
     return f"{_header(record, current, len(text))}\n{_page(text, offset, size, record.seq)}"

@@ -15,10 +15,12 @@ from typing import Any
 from agent.compression.redact import redact_secrets
 from agent.tools.registry import Tool
 from gateway.store import SearchHit, Store
+from gateway.store.search import Rerank
 
 __all__ = ["MAX_ANCESTORS", "MAX_QUERY_CHARS", "RECALL_TOOL", "conversation_sessions", "recall_tool"]
 
 RECALL_TOOL = "search_history"
+READ_TOOL = "read_history"  # gateway.history's tool, which opens a hit whole
 MAX_ANCESTORS = 20
 MAX_QUERY_CHARS = 200
 DEFAULT_LIMIT = 8
@@ -47,18 +49,23 @@ async def conversation_sessions(store: Store, session_id: str, max_ancestors: in
 def _hit_line(hit: SearchHit) -> str:
     # The current session's active rows are never hits, so a row still active lives in an ancestor session.
     where = "archived" if hit.archived else "earlier session"
-    return f"[#{hit.seq} {hit.role}, {hit.created_at:%Y-%m-%d %H:%M}, {where}] {hit.snippet}"
+    line = f"[#{hit.seq} {hit.role}, {hit.created_at:%Y-%m-%d %H:%M}, {where}, {hit.match}] {hit.snippet}"
+    if hit.more_at is not None:
+        line += f" [line cut: {READ_TOOL} number={hit.seq} offset={hit.more_at} reads on]"
+    return line
 
 
-def recall_tool(store: Store, session_id_getter: Callable[[], str]) -> Tool:
+def recall_tool(store: Store, session_id_getter: Callable[[], str], rerank: Rerank | None = None) -> Tool:
     """The ``search_history`` tool for one conversation; ``session_id_getter`` names its current session
-    (read at each call, so a rotation mid-conversation is followed)."""
+    (read at each call, so a rotation mid-conversation is followed). ``rerank`` (`gateway.rerank`) orders
+    the hits that share only some of the query's words by meaning."""
     parameters = {
         "type": "object",
         "properties": {
             "query": {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_CHARS,
-                      "description": "a few distinctive words or an exact fragment (an id, a number, an error "
-                                     "text); every word must occur in a message, words match as prefixes"},
+                      "description": "a few distinctive words, a question, or an exact fragment (an id, a "
+                                     "number, an error line); messages with every word come first, then those "
+                                     "with some of them; words match as prefixes"},
             "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT,
                       "description": f"how many matches to return (default {DEFAULT_LIMIT})"},
         },
@@ -74,7 +81,7 @@ def recall_tool(store: Store, session_id_getter: Callable[[], str]) -> Tool:
         current = session_id_getter()
         scope = await conversation_sessions(store, current)
         hits = await store.search(query, session_ids=scope, skip_active_of=current,
-                                  limit=int(args.get("limit", DEFAULT_LIMIT)), redact=redact_secrets)
+                                  limit=int(args.get("limit", DEFAULT_LIMIT)), redact=redact_secrets, rerank=rerank)
         if not hits:
             return f"No earlier messages match {shown!r}."
         lines = [f"{len(hits)} earlier message(s) match {shown!r}, most relevant first (times UTC):"]
@@ -85,7 +92,8 @@ def recall_tool(store: Store, session_id_getter: Callable[[], str]) -> Tool:
         name=RECALL_TOOL,
         description=("Look up exact details from earlier in this conversation that were compacted away into "
                      "a summary: ids, numbers, names, error messages, constraints, decisions. Returns "
-                     "matching message snippets with their time; search again with other words if needed."),
+                     "matching message snippets (their whole lines) with their time, best first; search "
+                     "again with other words if needed, or open a message whole with read_history."),
         parameters=parameters,
         handler=handler,
         timeout_s=10.0,

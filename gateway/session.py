@@ -28,6 +28,7 @@ from gateway.keys import SessionKey
 from gateway.pins import pin_token_limit, pin_tool, pins_block
 from gateway.prompt import build_system_prompt
 from gateway.recall import recall_tool
+from gateway.rerank import meaning_rerank
 from gateway.runtime import Runtime
 from gateway.store import CompactionInfo, EngineState, Handling, PinRecord, SessionRecord
 
@@ -315,7 +316,7 @@ class SessionManager:
             temperature=rt.settings.llm.temperature, window=rt.window,
         )
         # Registered last (after the loop exists) so it follows the session id through rotations.
-        tools.register(recall_tool(rt.store, lambda: loop.session_id))
+        tools.register(recall_tool(rt.store, lambda: loop.session_id, rerank=meaning_rerank()))
         tools.register(read_history_tool(rt.store, lambda: loop.session_id))
         live = LiveSession(key, record, engine, memory, loop, synced_state=record.engine, persona=persona,
                            pins=pins, models=models)

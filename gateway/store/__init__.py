@@ -4,6 +4,7 @@ delivery ledger and the inbox.
 The public surface is re-exported here; everything else in the package is an implementation detail.
 """
 
+from gateway.store._rows import message_text
 from gateway.store.errors import (
     AlreadyStored,
     CompactionNotFound,
@@ -65,5 +66,6 @@ __all__ = [
     "StoreError",
     "current_revision",
     "downgrade_database",
+    "message_text",
     "upgrade_database",
 ]

@@ -62,12 +62,22 @@ class StoredRow:
     author: str | None = None
 
 
+def message_text(message: Mapping[str, Any]) -> str:
+    """A message as it is searched and read back: its plain text (`plain_text`: tool-call arguments unescaped,
+    not the JSON envelope, so a command or a path is found as it was typed), after ``NAME: `` when a named
+    person wrote it (a group chat's members), so "what did Alice say about…" finds what Alice said."""
+    text = plain_text(dict(message))
+    name = message.get("name")
+    if message.get("role") == "user" and isinstance(name, str) and name:
+        text = f"{name}: {text}"
+    return storable_text(text)
+
+
 def encoded_rows(messages: Sequence[Mapping[str, Any]], token_counts: Sequence[int],
                  at: datetime) -> list[StoredRow]:
-    """New messages as rows. The search text is the message as plain text (`plain_text`: tool-call arguments
-    unescaped), not its JSON envelope, so a command or a path is found as it was typed."""
+    """New messages as rows, with their search text (`message_text`)."""
     return [
-        StoredRow(role=str(m["role"]), payload=json.dumps(m, ensure_ascii=False), search_text=storable_text(plain_text(m)),
+        StoredRow(role=str(m["role"]), payload=json.dumps(m, ensure_ascii=False), search_text=message_text(m),
                   tokens=int(t), created_at=at, compacted=False, **origin_columns(m))
         for m, t in zip(messages, token_counts, strict=True)
     ]
@@ -158,6 +168,12 @@ def session_record(row: Row[Any] | Any) -> SessionRecord:
             last_compaction=CompactionInfo.from_json(row.last_compaction),
         ),
     )
+
+
+# What `message_record` reads: every column but the search text (a second copy of a long message's text).
+RECORD_COLUMNS = (MessageRow.session_id, MessageRow.seq, MessageRow.role, MessageRow.payload, MessageRow.tokens,
+                  MessageRow.created_at, MessageRow.active, MessageRow.archived_at, MessageRow.archived_by,
+                  MessageRow.compacted)
 
 
 def message_record(row: Row[Any]) -> MessageRecord:

@@ -28,10 +28,8 @@ from typing import Any
 from sqlalchemy import Select, delete, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from agent.compression.messages import plain_text
 from agent.compression.summary import SUMMARY_PREFIX
-from agent.storable import storable_text
-from gateway.store._rows import active_rows, lock_session, session_record, stored, utcnow
+from gateway.store._rows import active_rows, lock_session, message_text, session_record, stored, utcnow
 from gateway.store.compaction import replace_set
 from gateway.store.database import read, write
 from gateway.store.models import ChatSettingRow, DeliveryRow, InboxRow, MessageRow, SessionRow
@@ -253,7 +251,7 @@ class ErasureRepository:
             for rewrite in erasure.rows:
                 owner = await conn.execute(update(MessageRow).where(MessageRow.id == rewrite.id).values(
                     payload=json.dumps(rewrite.message, ensure_ascii=False),
-                    search_text=storable_text(plain_text(rewrite.message)), tokens=rewrite.tokens)
+                    search_text=message_text(rewrite.message), tokens=rewrite.tokens)
                     .returning(MessageRow.session_id))
                 for (session_id,) in owner:
                     rewritten.setdefault(session_id, set()).add(rewrite.id)

@@ -9,6 +9,7 @@ from sqlalchemy import Connection, bindparam, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.store._rows import (
+    RECORD_COLUMNS,
     active_rows_query,
     check_batch,
     decode,
@@ -188,7 +189,7 @@ class MessageRepository:
             owner = next((i for i in ids if i in owners), None)
             if owner is None:
                 return []
-            mine = select(MessageRow).where(MessageRow.session_id == owner)
+            mine = select(*RECORD_COLUMNS).where(MessageRow.session_id == owner)
             earlier = list(await conn.execute(
                 mine.where(MessageRow.seq < seq).order_by(MessageRow.seq.desc()).limit(before))) if before else []
             rest = list(await conn.execute(

@@ -209,7 +209,9 @@ class CompactionRecord:
 
 @dataclass(frozen=True, slots=True)
 class SearchHit:
-    """One full-text search match."""
+    """One full-text search match. ``match`` says how it matched ("all words", "any word", "exact text", or
+    "any word, by meaning" when a re-ranker ordered it); ``more_at`` is the character offset where the line
+    the snippet was cut from goes on (None when the snippet shows its lines whole)."""
 
     session_id: str
     seq: int
@@ -217,6 +219,8 @@ class SearchHit:
     created_at: datetime
     snippet: str
     archived: bool
+    match: str = "all words"
+    more_at: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,8 @@ OTHER_FACT = "the staging DB port is 11111"
 SECRET = "sk-proj-" + "Q7w8E9r0" * 5
 # A small window, so /compress has a middle to summarise beyond the protected tail.
 SMALL = {"context_length": 8_000}
-LINE = re.compile(r"^\[#\d+ (user|assistant), \d{4}-\d\d-\d\d \d\d:\d\d, (archived|earlier session)\] ")
+LINE = re.compile(r"^\[#\d+ (user|assistant), \d{4}-\d\d-\d\d \d\d:\d\d, (archived|earlier session), "
+                  r"(all words|any word|exact text|any word, by meaning)\] ")
 
 
 def conversation(fact: str) -> list[dict[str, Any]]:
@@ -73,7 +74,7 @@ async def test_finds_the_exact_value_in_archived_rows(gateway_factory: GatewayFa
     header, *lines = result.splitlines()
     assert header == "1 earlier message(s) match 'staging DB port', most relevant first (times UTC):"
     assert len(lines) == 1 and LINE.match(lines[0]) and "54329" in lines[0]
-    assert lines[0].startswith("[#6 assistant, ") and ", archived] " in lines[0]
+    assert lines[0].startswith("[#6 assistant, ") and ", archived, all words] " in lines[0]
     assert "11111" not in result  # the other chat's archive is never searched
     assert (await gateway.rt.store.sessions.get_active("discord", "dm:c1")).id == session_id
 
@@ -95,10 +96,10 @@ async def test_rotated_sessions_find_the_parents_rows(gateway_factory: GatewayFa
     assert child.parent_session_id == parent_id
     result = await call_tool(adapter, fake_llm, {"query": "54329", "limit": 3})
     lines = result.splitlines()[1:]
-    assert len(lines) == 1 and "[#6 assistant, " in lines[0] and ", earlier session] " in lines[0]
+    assert len(lines) == 1 and "[#6 assistant, " in lines[0] and ", earlier session, all words] " in lines[0]
     # The parent's rows that rotation copied into the child (its verbatim tail) are not repeated.
     many = (await call_tool(adapter, fake_llm, {"query": "m1", "limit": 20})).splitlines()[1:]
-    assert len(many) > 4 and all(", earlier session] " in line for line in many)
+    assert len(many) > 4 and all(", earlier session, all words] " in line for line in many)
     assert_only_unseen(many, fake_llm)
 
 
@@ -116,7 +117,7 @@ async def test_no_match_limit_and_bad_queries_are_tool_texts(gateway_factory: Ga
     # "m1" prefix-matches m1, m10…m19: the compacted ones come back, never those still in view.
     many = await call_tool(adapter, fake_llm, {"query": "m1", "limit": 4})
     lines = many.splitlines()[1:]
-    assert len(lines) == 4 and all(LINE.match(line) and ", archived] " in line for line in lines)
+    assert len(lines) == 4 and all(LINE.match(line) and ", archived, all words] " in line for line in lines)
     assert_only_unseen(lines, fake_llm)
 
 

@@ -6,8 +6,10 @@ from typing import Any
 
 import pytest
 
-from gateway.store import Store
-from gateway.store.search import snippet, split_terms
+from gateway.store import SearchHit, Store
+from gateway.store.search import ANY_WORD
+from gateway.store.search_terms import split_terms
+from gateway.store.snippets import WHOLE_LINES_CHARS, cut_snippet
 from tests.store.conftest import assistant, user
 
 CONFIG_CALL = {
@@ -24,6 +26,11 @@ CONVERSATION: list[dict[str, Any]] = [
     user("我们需要压缩上下文窗口，并且保留数据库连接。"),
     assistant("好的，已经完成。"),
 ]
+
+
+def firm(hits: list[SearchHit]) -> list[SearchHit]:
+    """The hits that matched the query whole (every word, or the exact text), not by some of its words."""
+    return [h for h in hits if h.match != ANY_WORD]
 
 
 @pytest.fixture
@@ -53,13 +60,14 @@ async def archived_session(store: Store) -> str:
 async def test_finds_terms_in_archived_rows(store: Store, archived_session: str, query: str,
                                             expected_seq: int) -> None:
     hits = await store.search(query)
-    assert [(h.session_id, h.seq) for h in hits] == [(archived_session, expected_seq)]
+    assert [(h.session_id, h.seq) for h in firm(hits)] == [(archived_session, expected_seq)]
+    assert hits[0].seq == expected_seq  # a whole match comes before any partial one
     assert hits[0].archived is True
     assert hits[0].role == CONVERSATION[expected_seq - 1]["role"]
 
 
 async def test_indexes_message_text_not_the_json_envelope(store: Store, archived_session: str) -> None:
-    assert await store.search("tool_calls") == []
+    assert firm(await store.search("tool_calls")) == []
     assert await store.search("content") == []
     assert await store.search("nothing-like-this") == []
 
@@ -68,13 +76,13 @@ async def test_active_rows_and_session_filter(store: Store, archived_session: st
     other = await store.sessions.get_or_create_active("tg", "other")
     await store.messages.append(other.id, [user("the redis lock is fine here")], [5])
     hits = await store.search("redis lock")
-    assert {(h.session_id, h.archived) for h in hits} == {(archived_session, True), (other.id, False)}
+    assert {(h.session_id, h.archived) for h in firm(hits)} == {(archived_session, True), (other.id, False)}
     only = await store.search("redis lock", session_id=other.id)
     assert [(h.session_id, h.seq, h.archived) for h in only] == [(other.id, 1, False)]
     assert len(await store.search("lock", limit=1)) == 1
     assert await store.search("   ") == []
     summary_hits = await store.search("Summary configured")
-    assert [(h.archived, h.seq) for h in summary_hits] == [(False, 8)]
+    assert [(h.archived, h.seq) for h in firm(summary_hits)] == [(False, 8)]
 
 
 async def test_like_fallback_escapes_wildcards(store: Store) -> None:
@@ -84,12 +92,13 @@ async def test_like_fallback_escapes_wildcards(store: Store) -> None:
     assert [h.seq for h in await store.search("_b")] == [3]
 
 
-def test_snippet_centres_on_the_match() -> None:
-    body = "x" * 200 + " needle " + "y" * 200
-    text = snippet(body, ["NEEDLE"])
-    assert "needle" in text and text.startswith("…") and text.endswith("…")
-    assert len(text) < 150
-    assert snippet("short\nline", ["zzz"]) == "short line"
+def test_snippet_centres_on_the_match_of_a_long_line() -> None:
+    body = "x" * 2_000 + " needle " + "y" * 2_000
+    cut = cut_snippet(body, ["NEEDLE"])
+    assert "needle" in cut.text and cut.text.startswith("…") and cut.text.endswith("…")
+    assert len(cut.text) <= WHOLE_LINES_CHARS + 2
+    assert cut.more_at is not None and body[cut.more_at - 10 : cut.more_at] in cut.text  # where the line goes on
+    assert cut_snippet("short\nline", ["zzz"]).text == "short line"  # no term as typed: the beginning
 
 
 def test_terms_split_on_whitespace_once_each() -> None:
@@ -105,8 +114,9 @@ async def test_session_ids_filter_and_skipping_what_the_model_sees(store: Store,
     await store.messages.append(stranger.id, [user("the redis lock of someone else")], [5])
     both = [archived_session, child.id]
     hits = await store.search("redis lock", session_ids=both, skip_active_of=child.id)
-    assert {(h.session_id, h.seq, h.archived) for h in hits} == {
+    assert {(h.session_id, h.seq, h.archived) for h in firm(hits)} == {
         (archived_session, 1, True), (child.id, 1, True), (child.id, 2, True)}
+    assert all(h.session_id in both and not (h.session_id == child.id and not h.archived) for h in hits)
     kept = await store.search("redis lock", session_ids=[child.id])
     assert {(h.seq, h.archived) for h in kept} == {(1, True), (2, True), (4, False)}
     assert await store.search("redis lock", session_ids=[]) == []
@@ -120,9 +130,10 @@ async def test_substring_search_within_sessions(store: Store, archived_session: 
     scope = [archived_session, current.id]
     for query in ("deploy/config.yaml", "上下文"):
         hits = await store.search(query, session_ids=scope, skip_active_of=current.id)
-        assert [(h.session_id, h.archived) for h in hits] == [(archived_session, True)]
+        assert [(h.session_id, h.archived) for h in firm(hits)] == [(archived_session, True)]
+        assert current.id not in {h.session_id for h in hits}
         everything = await store.search(query, session_ids=scope)
-        assert {h.session_id for h in everything} == {archived_session, current.id}
+        assert {h.session_id for h in firm(everything)} == {archived_session, current.id}
 
 
 async def test_redact_runs_before_the_snippet_is_cut(store: Store) -> None:
@@ -148,5 +159,6 @@ async def test_copies_of_what_the_model_sees_are_skipped(store: Store) -> None:
     # Rotation: the child holds a copy of the parent's tail.
     child = await store.compactions.rotate(parent.id, [assistant("summary 2"), rows[1]], [5, 5])
     hits = await store.search("alpha", session_ids=[child.id, parent.id], skip_active_of=child.id)
-    assert sorted((h.session_id == parent.id, h.seq, h.archived) for h in hits) == [
-        (True, 1, True), (True, 3, True), (True, 6, False)]
+    # "alpha tail" is in the parent twice (archived, and the active copy compaction made): listed once.
+    assert [h.session_id for h in hits] == [parent.id, parent.id]
+    assert sorted(h.snippet for h in hits) == ["alpha kept", "alpha tail"]

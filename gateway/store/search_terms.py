@@ -1,0 +1,85 @@
+"""What a search query asks for: its terms as typed, its words, and the keys of any-word matching.
+
+A term is a whitespace-separated piece of the query. Punctuation around a term is not part of it ("class?"
+is the word "class"); a term with punctuation or CJK characters inside ("deploy/config.yaml", "上下文") is
+a substring to find exactly. Matching looks for the query's informative words only: stop words ("what",
+"did", "the") are left out — required, they would only drop messages that lack them; in any-word matching
+every message would match them — unless the query has nothing else. Any-word matching cuts each word to a
+stem, which matches as a prefix ("painting" → ``paint*`` also finds "paints" and "painted"); a stem of one
+or two characters matches only itself (as a prefix it would match hundreds of words).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["MIN_PREFIX", "STOP_WORDS", "Query", "parse_query", "split_terms", "stem"]
+
+_CJK = re.compile(r"[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002fa1f]")
+# Unicode letters and digits: the characters the word indexes (FTS5 unicode61, PostgreSQL's parser) keep.
+_WORDS = re.compile(r"[^\W_]+")
+_EDGE_PUNCTUATION = "\"'`“”‘’«»()[]{}<>,.;:!?¿¡…"
+# English function words, question words and chat filler: what a question is made of besides its topic.
+STOP_WORDS = frozenset("""
+a about above after again against all almost also although am among an and another any anybody anyone
+anything are aren around as at be became because been before being below between both but by can cannot
+could couldn did didn do does doesn doing don done down during each either else ever every few for from
+further get gets getting got had hadn has hasn have haven having he her here hers herself him himself his
+how however i if in into is isn it its itself just let like ll me might mine more most much must mustn my
+myself need no nor not now of off often on once one only or other others ought our ours ourselves out over
+own quite rather re really said same say says shall she should shouldn since so some something still such
+than that the their theirs them themselves then there these they thing things this those though through
+thus to too toward under until up upon us ve very via was wasn way we were weren what whatever when
+whenever where whether which while who whom whose why will with within without won would wouldn yeah yes
+yet you your yours yourself yourselves hey hi hello oh ok okay sure thanks thank please lol wow
+""".split())
+# Suffixes cut off a word before prefix matching, longest first; the stem keeps at least 4 characters.
+_SUFFIXES = ("ings", "ing", "ied", "ies", "ed", "es", "ly", "s")
+_MIN_STEM = 4
+# Any-word keys shorter than this match whole words only.
+MIN_PREFIX = 3
+
+
+def split_terms(query: str) -> list[str]:
+    """The query's terms (whitespace-separated, duplicates dropped, order kept)."""
+    return list(dict.fromkeys(query.split()))
+
+
+def stem(word: str) -> str:
+    """``word`` (lower case) without an inflection suffix, when at least 4 characters remain."""
+    for suffix in _SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= _MIN_STEM and not word.endswith("ss"):
+            return word[: -len(suffix)]
+    return word
+
+
+def _is_word(term: str) -> bool:
+    return term.isalnum() and not _CJK.search(term)
+
+
+@dataclass(frozen=True)
+class Query:
+    """A parsed query. ``words`` is set when every term is a plain word (the word index serves it, all its
+    informative words required); ``substrings`` otherwise (every term must occur as typed). ``keys`` are the
+    stems any-word matching looks for; ``phrase`` the whole query on one line, to show where it occurs
+    verbatim."""
+
+    terms: tuple[str, ...]
+    words: tuple[str, ...]
+    substrings: tuple[str, ...]
+    keys: tuple[str, ...]
+    phrase: str
+
+
+def parse_query(query: str) -> Query:
+    """Split ``query`` into its terms, words and any-word keys (see the module docstring)."""
+    terms = split_terms(query)
+    stripped = [t.strip(_EDGE_PUNCTUATION) or t for t in terms]
+    plain = all(_is_word(t) for t in stripped)
+    informative = [w for w in stripped if w.lower() not in STOP_WORDS] or stripped
+    words = tuple(dict.fromkeys(informative)) if plain else ()
+    tokens = (w.lower() for w in _WORDS.findall(query) if not _CJK.search(w))
+    keys = tuple(dict.fromkeys(stem(w) for w in tokens if len(w) > 1 and w not in STOP_WORDS))
+    return Query(terms=tuple(terms), words=words, substrings=() if plain else tuple(terms), keys=keys,
+                 phrase=" ".join(query.split()))
