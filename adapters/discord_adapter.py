@@ -7,7 +7,7 @@ commands are also offered as native slash commands (see `adapters.discord_slash`
 
 Discord never sends an event twice, so each message is kept (``keep``) before it is handed on, in arrival
 order: in the gateway's inbox, or — the database down or slow — in the worker's spool on disk, from which it
-reaches the inbox once the database answers (`gateway.spool`). A worker that dies mid-turn, or mid-outage,
+reaches the inbox once the database answers (`gateway.intake.spool`). A worker that dies mid-turn, or mid-outage,
 leaves it to be handled again. Only when neither can take it is it handed on from memory alone.
 
 Edits (MESSAGE_UPDATE with an edit time) and deletions (MESSAGE_DELETE, MESSAGE_DELETE_BULK, one event per

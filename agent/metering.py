@@ -1,4 +1,4 @@
-"""How large a request is, as the server will count it (R-P1, R-T3; issue 24).
+"""How large a request is, as the server will count it (R-P1, R-T3).
 
 The server counts with its own tokenizer and chat template. So a request's size is the server's own figure
 for the part it already measured (the last request, anchored by `FitAnchor`) plus an exact count of what was

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from agent.compression.evidence import Fact
 from agent.compression.redact import redact_secrets
 from bench._independent_facts import OutsideFact
-from gateway.history import MAX_PAGE_CHARS, read_history_tool
-from gateway.recall import MAX_QUERY_CHARS, recall_tool
+from gateway.conversation.history import MAX_PAGE_CHARS, read_history_tool
+from gateway.conversation.recall import MAX_QUERY_CHARS, recall_tool
 from gateway.store import Store
 
 __all__ = ["KIND_ORDER", "Probe", "RecallTools", "flat", "is_kept", "ledger_probes", "outside_probes"]

@@ -1,5 +1,5 @@
 """Several real ``concord run`` workers on one PostgreSQL + Redis (or one worker on SQLite), behind a fake
-Telegram (issue 18).
+Telegram.
 
 Used by `bench.scale` and the multi-process tests. Each worker is its own process in Telegram webhook mode on
 its own port, with ``/readyz`` on a metrics port; the fake Bot API and the fake LLM run in the calling
@@ -63,7 +63,7 @@ class Worker:
 @dataclass
 class Sent:
     """One user message posted to the cluster: its chat, platform message id, the text its session stores, and
-    that session's chat key (`gateway.keys`; a private chat's unless given)."""
+    that session's chat key (`gateway.intake.keys`; a private chat's unless given)."""
 
     chat_id: int
     message_id: int
@@ -148,7 +148,7 @@ class Cluster:
         log = worker.log_path.open("ab")
         try:
             worker.process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "gateway.cli", "run", cwd=str(self.workdir), env=self._worker_env(worker),
+                sys.executable, "-m", "gateway.cli.main", "run", cwd=str(self.workdir), env=self._worker_env(worker),
                 stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log)
         finally:
             log.close()

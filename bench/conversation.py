@@ -1,4 +1,4 @@
-"""A long real conversation through the gateway: who waits for a summary, and what the prompt cache saves (issue 25).
+"""A long real conversation through the gateway: who waits for a summary, and what the prompt cache saves.
 
     python -m bench.conversation [--corpus locomo:0] [--lines N] [--windows 8192,32768,200000]
                                  [--summary-seconds 5] [--quick] [--baseline GITREF]

@@ -1,4 +1,4 @@
-"""The crash campaign of `bench.reliability` (issue 30): real ``concord run`` workers killed where a message used
+"""The crash campaign of `bench.reliability`: real ``concord run`` workers killed where a message used
 to be lost, doubled or left waiting, on SQLite (one worker) and on PostgreSQL + Redis (two workers).
 
 Each fault is a `Fault`: a name, what it does, and a coroutine that drives it against a `bench.crash_rig.Rig` —

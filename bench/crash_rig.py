@@ -6,7 +6,7 @@ what the fake platforms received and what the store holds: *lost* (a message nev
 *doubled* (answered or stored more than once) and *late* (answered more than ``late_after_s`` seconds after it
 was sent), into an `Outcome`; `table` prints one row per fault and backend.
 
-Workers killed at a crash point die by their own SIGKILL (`gateway.faults`); `restart_unarmed` starts each again
+Workers killed at a crash point die by their own SIGKILL (`gateway.ops.faults`); `restart_unarmed` starts each again
 without it.
 """
 
@@ -23,7 +23,7 @@ from redis.asyncio import Redis
 from sqlalchemy import distinct, func, select
 
 from bench.cluster import Cluster, Sent
-from gateway.faults import ENV as KILL_AT
+from gateway.ops.faults import ENV as KILL_AT
 from gateway.store.database import create_engine
 from gateway.store.models import MessageRow, SessionRow
 from tests.fakes.discord_server import DM_CHANNEL_ID, FakeDiscord

@@ -1,4 +1,4 @@
-"""What erasing one message costs the store on SQLite (issue 27), by chat size.
+"""What erasing one message costs the store on SQLite, by chat size.
 
 For each size: a chat of N messages (40 random words each, every one naming its platform message), then one of
 them erased — the rows found by the message they hold, rewritten, the active set replaced — and the sweep's

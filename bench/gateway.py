@@ -1,4 +1,4 @@
-"""Gateway overhead per message, excluding the LLM (issue 7, item 9), and the hygiene sweep over idle sessions.
+"""Gateway overhead per message, excluding the LLM, and the hygiene sweep over idle sessions.
 
 The provider answers instantly in-process, so every millisecond measured is the gateway's own: session key,
 FIFO queue, turn lock, loading the session, hygiene check, the agent loop's bookkeeping, persisting, sending.
@@ -45,12 +45,12 @@ from agent.llm.base import Completion, Provider, Usage
 from bench.scratch_db import scratch_postgres
 from gateway.app import Gateway, build_runtime
 from gateway.config import load_settings
-from gateway.locks import InProcessLocks, LockBackend, RedisLocks
+from gateway.conversation.sweep import sweep
+from gateway.intake.locks import InProcessLocks, LockBackend, RedisLocks
 from gateway.store import EngineState, Store, upgrade_database
 from gateway.store._rows import new_session_values
 from gateway.store.database import write
 from gateway.store.models import SessionRow
-from gateway.sweep import sweep
 
 __all__ = ["main"]
 

@@ -10,7 +10,7 @@ sees left out, 5 hits). The evidence is LoCoMo's own labels (the turns' ``dia_id
 search produced. The query is the question as asked, with and without the re-ranker by meaning when the
 ``rerank`` extra is installed. ``bench.reachability`` reports the same figures (`evidence_hits`) for the
 turns its compaction took out of view, and for two of the question's distinctive words too (the rarest in
-the conversation: the query it used before issue 31).
+the conversation: the query it used before ranked search).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from bench.corpus import Transcript, iter_transcripts
 from bench.scratch_db import bench_databases
-from gateway.rerank import meaning_rerank
+from gateway.conversation.rerank import meaning_rerank
 from gateway.store import Store
 from gateway.store.search import Rerank
 

@@ -63,7 +63,7 @@ from bench.corpus import KINDS, Transcript, iter_transcripts
 from bench.locomo_search import QUESTION, evidence_hits, variants
 from bench.locomo_search import TARGET as LOCOMO_TARGET
 from bench.locomo_search import TOP as LOCOMO_TOP
-from gateway.rerank import meaning_rerank
+from gateway.conversation.rerank import meaning_rerank
 from gateway.store import Store
 
 __all__ = ["FACT_SETS", "Cell", "TranscriptResult", "held_out", "main", "measure_transcript", "topic_query"]

@@ -17,7 +17,7 @@ calls them. Call kinds, their arguments picked from the stored messages (never f
 - read message: ``read_history`` of a stored message, with one neighbour each side;
 - read 1 MiB: ``read_history`` of the 1 MiB message at offset 0 and at a random offset.
 
-Prints p50 / p95 per backend and call kind, and the ratio of p95 to the 50 ms target (issue 31).
+Prints p50 / p95 per backend and call kind, and the ratio of p95 to the 50 ms target.
 PostgreSQL comes from ``--postgres``, ``CONCORD_BENCH_POSTGRES_URL`` or ``CONCORD_TEST_POSTGRES_URL``; a
 private database is created there and dropped afterwards.
 """
@@ -41,8 +41,8 @@ from sqlalchemy import select
 from agent.compression.messages import plain_text
 from bench.corpus import iter_transcripts
 from bench.scratch_db import bench_databases
-from gateway.history import read_history_tool
-from gateway.recall import recall_tool
+from gateway.conversation.history import read_history_tool
+from gateway.conversation.recall import recall_tool
 from gateway.store import Store
 from gateway.store.models import MessageRow
 

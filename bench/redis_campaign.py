@@ -1,4 +1,4 @@
-"""Telegram polling traffic through Redis faults (issue 30): real workers on PostgreSQL and a private Redis.
+"""Telegram polling traffic through Redis faults: real workers on PostgreSQL and a private Redis.
 
     python -m bench.redis_campaign [--workers 1,2] [--chats 20] [--rate 10] [--fault-seconds 10]
                                    [--baseline PATH]

@@ -1,4 +1,4 @@
-"""Reliability campaign (issues 11 and 30): real gateways, `concord sweep`, and faults, with the figures the
+"""Reliability campaign: real gateways, `concord sweep`, and faults, with the figures the
 README reports.
 
     python -m bench.reliability [--only race,redis-killed,…,inbox-kept,…] [--backends sqlite,postgres]
@@ -16,7 +16,7 @@ README reports.
   PostgreSQL: per fault, messages answered once, twice or never, turned away, and the longest wait after
   Redis was back (with ``--baseline``, the other checkout's table too).
 
-The crash campaign (`bench.crash_campaign`, issue 30) kills workers where a message used to be lost or doubled —
+The crash campaign (`bench.crash_campaign`) kills workers where a message used to be lost or doubled —
 inbox-kept, request-stored, command-applied, answer-stored, observed-queued (SIGKILL at those crash points),
 commit-lost (a proxy cuts PostgreSQL's connection once a turn's COMMIT went through), database-down (Discord,
 the database down, SIGKILL mid-outage) — on SQLite with one worker and on PostgreSQL + Redis with two, and
@@ -48,7 +48,7 @@ from bench.crash_campaign import BACKENDS, FAULTS, run_fault
 from bench.crash_rig import Outcome, table
 from bench.redis_campaign import Campaign, run_campaign
 from bench.scratch_db import scratch_postgres
-from gateway.locks import RedisLocks
+from gateway.intake.locks import RedisLocks
 from gateway.store import upgrade_database
 from tests.faults.harness import REPO, Figures, Scenario, run_scenario
 from tests.faults.services import SmallDisk, free_port, private_postgres, small_disk

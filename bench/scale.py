@@ -1,4 +1,4 @@
-"""Throughput of 1, 2 and 3 gateway workers on PostgreSQL + Redis (issue 18, item 5).
+"""Throughput of 1, 2 and 3 gateway workers on PostgreSQL + Redis.
 
 Each run starts N real ``concord run`` processes (Telegram webhook mode) on a fresh private PostgreSQL database
 and the given Redis, behind this process playing Telegram and a round-robin load balancer (`bench.cluster`),

@@ -2,6 +2,6 @@
 
 import sys
 
-from gateway.entry import main
+from gateway.cli.entry import main
 
 sys.exit(main())

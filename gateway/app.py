@@ -40,30 +40,30 @@ from agent.llm.window import ServedWindow, WindowStore, resolve_served_window
 from agent.memory import FileMemoryProvider, MemoryProvider
 from agent.tokens import get_counter
 from agent.tools.mcp_tools import McpTools
-from gateway.arrivals import ArrivalOrder, InProcessOrder, RedisArrivalOrder
-from gateway.claims import Claims, InProcessClaims, RedisClaims
-from gateway.commands import StatusFigures, status_figures
 from gateway.config import Settings, summary_deadline_seconds
-from gateway.data_dir import ensure_data_dir, hold_sqlite_lock, sqlite_path
-from gateway.delivery import Deliveries
-from gateway.health import HealthServer, ReadinessCheck
-from gateway.heartbeat import beat
-from gateway.inbox import Inbox
-from gateway.keys import SessionKey
-from gateway.lease import Lease, RedisLease, SoleLease
-from gateway.limit_backends import InProcessLimits, LimitBackend, RedisLimits
-from gateway.limits import charge_summary
-from gateway.locks import InProcessLocks, LockBackend, RedisLocks, fail_fast_client
-from gateway.logsetup import set_worker
-from gateway.metrics import MeteredProvider, Metrics
+from gateway.conversation.commands import StatusFigures, status_figures
+from gateway.conversation.scheduler import GatewayScheduler, claim_sweep_slot
+from gateway.conversation.session import SessionManager
+from gateway.conversation.sweep import SweepReport, expire_idle, print_sweep_report, sweep
+from gateway.conversation.windows import StoredWindows
+from gateway.delivery.delivery import Deliveries
+from gateway.intake.arrivals import ArrivalOrder, InProcessOrder, RedisArrivalOrder
+from gateway.intake.claims import Claims, InProcessClaims, RedisClaims
+from gateway.intake.inbox import Inbox
+from gateway.intake.keys import SessionKey
+from gateway.intake.lease import Lease, RedisLease, SoleLease
+from gateway.intake.locks import InProcessLocks, LockBackend, RedisLocks, fail_fast_client
+from gateway.intake.stops import LocalStops, RedisStops
+from gateway.ops.data_dir import ensure_data_dir, hold_sqlite_lock, sqlite_path
+from gateway.ops.health import HealthServer, ReadinessCheck
+from gateway.ops.heartbeat import beat
+from gateway.ops.logsetup import set_worker
+from gateway.ops.metrics import MeteredProvider, Metrics
+from gateway.policy.limit_backends import InProcessLimits, LimitBackend, RedisLimits
+from gateway.policy.limits import charge_summary
 from gateway.router import Router
 from gateway.runtime import Runtime, default_worker_id, utc_now
-from gateway.scheduler import GatewayScheduler, claim_sweep_slot
-from gateway.session import SessionManager
-from gateway.stops import LocalStops, RedisStops
 from gateway.store import Store
-from gateway.sweep import SweepReport, expire_idle, print_sweep_report, sweep
-from gateway.windows import StoredWindows
 
 __all__ = [
     "Gateway",
@@ -306,7 +306,7 @@ async def build_runtime(settings: Settings, *, provider: Provider | None = None,
     # only the agent loop's own calls arrive as llm:response events.
     await _serve_fallback_windows(settings, provider, window, StoredWindows(store.chat_settings),
                                   probe=probe_windows and settings.llm.configured)
-    # Each summary call is charged, as it returns, to whoever caused the compaction (`gateway.limits`).
+    # Each summary call is charged, as it returns, to whoever caused the compaction (`gateway.policy.limits`).
     new_engine = _engine_factory(settings, MeteredProvider(provider, metrics, charge_summary),
                                  MeteredProvider(summary_provider, metrics, charge_summary), window, summary_window)
     counter = get_counter(settings.llm.encoding)
@@ -373,7 +373,7 @@ class Gateway:
     health: HealthServer | None = field(init=False, default=None)
     _started: list[Adapter] = field(init=False, default_factory=list)
     _tasks: list[asyncio.Task[None]] = field(init=False, default_factory=list)
-    # Stops the background loops that talk to Redis (never cancelled mid-call: `gateway.background`).
+    # Stops the background loops that talk to Redis (never cancelled mid-call: `gateway.intake.background`).
     _stopping: asyncio.Event = field(init=False, default_factory=asyncio.Event)
     _closed: bool = field(init=False, default=False)
     _heartbeat: asyncio.Task[None] | None = field(init=False, default=None)

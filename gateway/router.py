@@ -1,9 +1,9 @@
 """The message path (R-G2, R-G4), readable top to bottom:
 
     inbound ─▶ access (ignore / refuse / pairing code) ─▶ session key
-            ─▶ edit or deletion? note it for its message's turn, queue it behind the message (gateway.changes)
+            ─▶ edit or deletion? note it for its message's turn, queue it behind the message (gateway.conversation.changes)
             ─▶ /stop? cancel the running turn (here, or on the worker running it), stop
-            ─▶ unaddressed group line? observe: batch it into the session (gateway.observe), stop
+            ─▶ unaddressed group line? observe: batch it into the session (gateway.conversation.observe), stop
             ─▶ busy mode (interrupt the sender's turn / collect a burst) ─▶ queue depth cap
             ─▶ arrival ticket ─▶ per-session FIFO ─▶ turn lock (and the ticket's turn)
             ─▶ handled before? drop (de-dup) ─▶ load session (+ how far the message's handling got)
@@ -34,10 +34,10 @@ De-duplication happens under the session's turn lock: two deliveries of one mess
 to two workers, a redelivery after a restart) belong to one session, so the second waits for the first and
 then finds its id marked handled (in Redis, shared by all workers, or in-process). A worker that dies
 mid-turn never marks the id, so a redelivery to another worker is handled there — or, for a message the
-platform cannot deliver again (Discord, polled Telegram), the inbox (`gateway.inbox`) hands it to another
+platform cannot deliver again (Discord, polled Telegram), the inbox (`gateway.intake.inbox`) hands it to another
 worker. A worker that dies after its turn's transaction but before the Redis mark leaves the message marked
 handled in the store: a retry finds that before running the turn again, and the ledger sends the stored
-answer. With several workers the arrival ticket (`gateway.arrivals`) keeps a session's messages in the order
+answer. With several workers the arrival ticket (`gateway.intake.arrivals`) keeps a session's messages in the order
 the workers received them.
 """
 
@@ -56,12 +56,9 @@ from adapters.base import Adapter, Inbound, Outbound
 from agent.events import EventSink, Notice
 from agent.memory import Author
 from agent.turn import StopReason, TurnResult
-from gateway.access import AccessPolicy, Verdict, user_ref
-from gateway.ahead import AheadCompactions
-from gateway.arrivals import Turn
-from gateway.busy import Batch, RunningTurn, RunningTurns
-from gateway.changes import MessageChanges
-from gateway.commands import (
+from gateway.conversation.ahead import AheadCompactions
+from gateway.conversation.changes import MessageChanges
+from gateway.conversation.commands import (
     INTERRUPTED_COMMAND,
     Command,
     CommandContext,
@@ -70,26 +67,29 @@ from gateway.commands import (
     run_command,
     stop_command,
 )
-from gateway.compaction import run_hygiene
-from gateway.delivery import Deliveries, MarkedAnswer
-from gateway.durability import backoff_delay, is_storage_outage
-from gateway.faults import crash_point
-from gateway.group_context import GroupContext
-from gateway.inbox import Inbox, inbound_key, message_key
-from gateway.keys import Scope, SessionKey, session_key
-from gateway.limits import RateLimiter, summaries_charged_to
-from gateway.logsetup import bind_log_session, log_context
-from gateway.logthrottle import LogThrottle, describe_cause
-from gateway.metrics import fan_out
-from gateway.observe import GroupObserver
-from gateway.pairing import Pairing
-from gateway.prompt import speaker_tag
-from gateway.queues import QueueClosed, SessionQueues
-from gateway.quotes import quotes
-from gateway.replies import cap_reply
-from gateway.session import LiveSession, SessionManager
-from gateway.turns import TurnAnswer, agent_turn
-from gateway.user_messages import observed_line, request_message
+from gateway.conversation.compaction import run_hygiene
+from gateway.conversation.group_context import GroupContext
+from gateway.conversation.observe import GroupObserver
+from gateway.conversation.prompt import speaker_tag
+from gateway.conversation.quotes import quotes
+from gateway.conversation.session import LiveSession, SessionManager
+from gateway.conversation.turns import TurnAnswer, agent_turn
+from gateway.conversation.user_messages import observed_line, request_message
+from gateway.delivery.delivery import Deliveries, MarkedAnswer
+from gateway.delivery.replies import cap_reply
+from gateway.intake.arrivals import Turn
+from gateway.intake.busy import Batch, RunningTurn, RunningTurns
+from gateway.intake.durability import backoff_delay, is_storage_outage
+from gateway.intake.inbox import Inbox, inbound_key, message_key
+from gateway.intake.keys import Scope, SessionKey, session_key
+from gateway.intake.queues import QueueClosed, SessionQueues
+from gateway.ops.faults import crash_point
+from gateway.ops.logsetup import bind_log_session, log_context
+from gateway.ops.logthrottle import LogThrottle, describe_cause
+from gateway.ops.metrics import fan_out
+from gateway.policy.access import AccessPolicy, Verdict, user_ref
+from gateway.policy.limits import RateLimiter, summaries_charged_to
+from gateway.policy.pairing import Pairing
 
 __all__ = ["Router"]
 

@@ -19,15 +19,15 @@ from agent.llm.window import ServedWindow
 from agent.memory import MemoryProvider
 from agent.tokens import TokenCounter
 from agent.tools.mcp_tools import McpTools
-from gateway.arrivals import ArrivalOrder, InProcessOrder
-from gateway.claims import Claims, InProcessClaims
 from gateway.config import Settings
-from gateway.durability import StorageGuard
-from gateway.keys import SessionKey
-from gateway.limit_backends import InProcessLimits, LimitBackend
-from gateway.locks import LockBackend
-from gateway.metrics import Metrics
-from gateway.stops import LocalStops, StopRelay
+from gateway.intake.arrivals import ArrivalOrder, InProcessOrder
+from gateway.intake.claims import Claims, InProcessClaims
+from gateway.intake.durability import StorageGuard
+from gateway.intake.keys import SessionKey
+from gateway.intake.locks import LockBackend
+from gateway.intake.stops import LocalStops, StopRelay
+from gateway.ops.metrics import Metrics
+from gateway.policy.limit_backends import InProcessLimits, LimitBackend
 from gateway.store import Store
 
 __all__ = ["EngineFactory", "MemoryFactory", "Runtime", "default_worker_id", "utc_now"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import logging
 
-from gateway.logsetup import configure_logging
+from gateway.ops.logsetup import configure_logging
 
 BEFORE: dict[str, object] = {}
 

@@ -1,4 +1,4 @@
-"""Anti-thrashing by escalation (R-C6 as issue 24 redefines it): when compressing saved too little, the next
+"""Anti-thrashing by escalation (R-C6, as docs/rules.md states it): when compressing saved too little, the next
 compression cuts harder instead of being switched off.
 
     level 0  the configured tail and summary

@@ -1,4 +1,4 @@
-"""When a compaction runs ahead of need (issue 25): the soft mark, and the turns kept between compactions.
+"""When a compaction runs ahead of need: the soft mark, and the turns kept between compactions.
 
 The threshold (`agent.compression.threshold.compute_threshold_tokens`) is where a turn compacts before it
 answers, and its user waits for the summary call. A compaction ahead of need runs after an answer was sent,

@@ -1,4 +1,4 @@
-"""A middle larger than the summary model's window is summarized in parts, never cut (R-C3, issue 24).
+"""A middle larger than the summary model's window is summarized in parts, never cut (R-C3).
 
 The middle is serialized newest first (only as far as `MAX_PARTS` prompts can hold it: at 20K messages most of
 a middle is never serialized at all) and grouped, oldest first, into parts that each fit one summary prompt.

@@ -1,6 +1,6 @@
-"""Erasing what people wrote (issue 27): the store side of a platform delete and of ``/forget``.
+"""Erasing what people wrote: the store side of a platform delete and of ``/forget``.
 
-`gateway.erasure` decides what each row becomes (a tombstone, a text with quotes cut out, a rebuilt summary);
+`gateway.conversation.erasure` decides what each row becomes (a tombstone, a text with quotes cut out, a rebuilt summary);
 this module finds the rows it needs and writes the result in one transaction. Rows are rewritten in place —
 active and archived alike, so neither a restore (`CompactionRepository.restore`) nor an export brings the text
 back — and an open session whose active set changed is then replaced as a whole (`replace_set`, reason

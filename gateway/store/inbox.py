@@ -1,4 +1,4 @@
-"""The inbox's rows (`gateway.inbox`): messages kept from receipt until handled, and the store's record of how
+"""The inbox's rows (`gateway.intake.inbox`): messages kept from receipt until handled, and the store's record of how
 far each message's handling got.
 
 `keep` writes a fetched batch in one transaction (a key already there, a message delivered twice, is left as it

@@ -106,9 +106,9 @@ class SessionRow(Base):
 class MessageRow(Base):
     """One chat message. Archived rows (active = False) are kept forever: searchable and restorable — until the
     platform message a row holds is deleted, or its author asks to be forgotten: then its text is erased in
-    place, leaving a tombstone (`gateway.erasure`).
+    place, leaving a tombstone (`gateway.conversation.erasure`).
 
-    ``origin`` is the key of the platform message the row holds (`gateway.inbox.message_key`; copies made by
+    ``origin`` is the key of the platform message the row holds (`gateway.intake.inbox.message_key`; copies made by
     compactions and rotations keep it) and ``author`` who wrote it (``platform:user id``); both are NULL for
     what no platform message became (the bot's answers, tool calls, summaries).
     """
@@ -189,7 +189,7 @@ class DeliveryRow(Base):
 
 
 class InboxRow(Base):
-    """An inbound message kept from receipt until handled (`gateway.inbox`), and afterwards the store's record
+    """An inbound message kept from receipt until handled (`gateway.intake.inbox`), and afterwards the store's record
     that it was handled (until pruned).
 
     ``payload`` is the serialized Inbound (None for a message recorded only once handled: its platform

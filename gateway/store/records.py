@@ -35,7 +35,7 @@ ORIGIN_KEY = "origin"
 
 @dataclass(frozen=True, slots=True)
 class MessageOrigin:
-    """The platform message a stored message holds: its key (`gateway.inbox.message_key`), who wrote it
+    """The platform message a stored message holds: its key (`gateway.intake.inbox.message_key`), who wrote it
     (``author``: ``platform:user id``, and their ``name``), when (``at``, ISO 8601), and where the sender's own
     text sits in the stored message's text (``span``; a request also holds a speaker tag, a group's earlier
     lines, a note). Carried in the message itself under ``"origin"`` — providers are sent only the keys they

@@ -17,7 +17,7 @@ substring search, newest first: trigram indexes for terms of 3+ characters (FTS5
 plain LIKE for 1–2 character terms, which no trigram index can serve; when it finds too little, any-word
 matching on the query's words fills the rest too.
 
-Every hit says how it matched (``SearchHit.match``). A ``rerank`` function (`gateway.rerank`) may re-order
+Every hit says how it matched (``SearchHit.match``). A ``rerank`` function (`gateway.conversation.rerank`) may re-order
 the any-word candidates by meaning.
 """
 

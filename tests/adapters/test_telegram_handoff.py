@@ -1,5 +1,5 @@
 """Telegram forgets an update once getUpdates asks past it: that must not happen before the gateway has the
-message safe — read, kept in the inbox in one write per fetched batch, handed on (issues 11 and 18). Real PTB
+message safe — read, kept in the inbox in one write per fetched batch, handed on. Real PTB
 polling against the fake Bot API."""
 
 from __future__ import annotations
@@ -188,7 +188,7 @@ async def test_a_handler_that_never_returns_does_not_stop_polling_nor_confirm_it
 
 async def test_polling_stopped_and_started_again_does_not_wait_for_what_its_stop_fetched(
         fake_telegram: FakeTelegram, telegram_settings: TelegramSettings) -> None:
-    # A worker losing and retaking the polling lease (a Redis hiccup, issue 30): PTB's closing getUpdates call
+    # A worker losing and retaking the polling lease (a Redis hiccup): PTB's closing getUpdates call
     # fetches what arrived meanwhile only to discard it. Noted as fetched, those updates never settled, and the
     # restarted poller waited the whole bound (a minute) before asking Telegram again.
     adapter = TelegramAdapter(replace(telegram_settings))

@@ -1,4 +1,4 @@
-"""The guard every request passes (issue 24, items 3 and 5): never over the served window, never a silent cut."""
+"""The guard every request passes (items 3 and 5): never over the served window, never a silent cut."""
 
 from __future__ import annotations
 

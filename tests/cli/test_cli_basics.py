@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli import main
+from gateway.cli.main import main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 def _run(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("CONCORD_")}
     base["PYTHONPATH"] = str(REPO)
-    return subprocess.run([sys.executable, "-m", "gateway.cli", *args], cwd=cwd, env={**base, **(env or {})},
+    return subprocess.run([sys.executable, "-m", "gateway.cli.main", *args], cwd=cwd, env={**base, **(env or {})},
                           capture_output=True, text=True, timeout=60)
 
 

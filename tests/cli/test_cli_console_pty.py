@@ -64,7 +64,7 @@ async def test_console_on_a_terminal(tmp_path: Path, fake_llm: FakeLLMServer) ->
                CONCORD_LLM__BASE_URL=fake_llm.openai_base_url, CONCORD_LLM__MODEL="fake-model",
                CONCORD_LLM__CONTEXT_LENGTH="200000", CONCORD_LOGGING__LEVEL="INFO")
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gateway.cli", "run", cwd=tmp_path, env=env, stdin=slave, stdout=slave,
+        sys.executable, "-m", "gateway.cli.main", "run", cwd=tmp_path, env=env, stdin=slave, stdout=slave,
         stderr=slave, start_new_session=True)
     os.close(slave)
     term = Pty(master)

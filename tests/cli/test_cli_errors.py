@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli import build_parser, main
+from gateway.cli.main import build_parser, main
 from gateway.store import Store
 
 REPO = Path(__file__).resolve().parents[2]
@@ -97,7 +97,7 @@ def test_input_is_a_directory(clean_env: Path, capsys: pytest.CaptureFixture[str
 
 
 def test_stdin_transcript_that_is_not_utf8(clean_env: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "gateway.cli", "compress", "-", "--summary", "static"],
+    result = subprocess.run([sys.executable, "-m", "gateway.cli.main", "compress", "-", "--summary", "static"],
                             input=b"\xff\xfe\x00garbage\n", capture_output=True, timeout=60, cwd=clean_env,
                             env={**_env(), "CONCORD_STORAGE__DATA_DIR": str(clean_env / "data")})
     assert result.returncode == 2
@@ -301,7 +301,7 @@ def test_damaged_database_stops_run_with_one_line(clean_env: Path) -> None:
     _future_schema(_db(data))
     env = {**_env(), "CONCORD_STORAGE__DATA_DIR": str(data), "CONCORD_LLM__BASE_URL": "http://127.0.0.1:9/v1",
            "CONCORD_LLM__MODEL": "gpt-4o", "CONCORD_GATEWAY__SWEEP_CRON": "off"}
-    result = subprocess.run([sys.executable, "-m", "gateway.cli", "run"], cwd=clean_env, env=env, text=True,
+    result = subprocess.run([sys.executable, "-m", "gateway.cli.main", "run"], cwd=clean_env, env=env, text=True,
                             capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
     assert result.returncode == 3
     assert "newer Concord" in _one_line(result.stderr)
@@ -311,7 +311,7 @@ def test_closed_stdout_is_quiet(clean_env: Path) -> None:
     data = clean_env / "data"
     session_id = asyncio.run(_seed(f"sqlite+aiosqlite:///{_db(data)}", messages=3000))  # ~600 KB of JSONL
     env = {**_env(), "CONCORD_STORAGE__DATA_DIR": str(data)}
-    proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "sessions", "export", session_id], cwd=clean_env,
+    proc = subprocess.Popen([sys.executable, "-m", "gateway.cli.main", "sessions", "export", session_id], cwd=clean_env,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stderr is not None
     first = proc.stdout.readline()  # `| head -1`
@@ -326,7 +326,7 @@ def test_ctrl_c_during_a_command_is_one_line(clean_env: Path) -> None:
     # A transcript on a pipe that never ends: the command waits for it until interrupted. Ctrl-C reaches a
     # foreground command at a terminal, so it starts with SIGINT's default action even when the suite itself
     # runs as a background job (which a shell without job control starts with SIGINT ignored).
-    proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "tokens", "/dev/stdin"], cwd=clean_env,
+    proc = subprocess.Popen([sys.executable, "-m", "gateway.cli.main", "tokens", "/dev/stdin"], cwd=clean_env,
                             env=_env(), stdin=subprocess.PIPE, stderr=subprocess.PIPE, stdout=subprocess.PIPE,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stdin is not None and proc.stderr is not None

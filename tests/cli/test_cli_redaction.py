@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli import main
+from gateway.cli.main import main
 from gateway.store import Store
 
 KEY = "sk-proj-Zk3L9qP2mX7vB4nRtY8wQ1eA"

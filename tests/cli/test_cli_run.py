@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 def _run(env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("CONCORD_")}
     base["PYTHONPATH"] = str(REPO)
-    return subprocess.run([sys.executable, "-m", "gateway.cli", "run"], cwd=cwd, env={**base, **env},
+    return subprocess.run([sys.executable, "-m", "gateway.cli.main", "run"], cwd=cwd, env={**base, **env},
                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
 
 
@@ -70,7 +70,7 @@ def test_no_platform_and_empty_stdin_exits_2_with_one_line(tmp_path: Path) -> No
 
 def test_no_platform_and_a_pipe_closed_without_a_line_exits_2(tmp_path: Path) -> None:
     base = {k: v for k, v in os.environ.items() if not k.startswith("CONCORD_")}
-    result = subprocess.run([sys.executable, "-m", "gateway.cli", "run"], cwd=tmp_path, input="", text=True,
+    result = subprocess.run([sys.executable, "-m", "gateway.cli.main", "run"], cwd=tmp_path, input="", text=True,
                             capture_output=True, timeout=60,
                             env={**base, **LLM, "PYTHONPATH": str(REPO),
                                  "CONCORD_STORAGE__DATA_DIR": str(tmp_path / "data")})
@@ -81,7 +81,7 @@ def test_no_platform_and_a_pipe_closed_without_a_line_exits_2(tmp_path: Path) ->
 def _spawn(env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("CONCORD_")}
     base["PYTHONPATH"] = str(REPO)
-    return subprocess.Popen([sys.executable, "-m", "gateway.cli", "run"], cwd=cwd, env={**base, **env},
+    return subprocess.Popen([sys.executable, "-m", "gateway.cli.main", "run"], cwd=cwd, env={**base, **env},
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -104,7 +104,7 @@ def test_second_run_on_the_same_sqlite_database_is_refused(tmp_path: Path) -> No
         lines = [line for line in second.stderr.splitlines() if line.strip()]
         assert len(lines) == 1 and f"pid {first.pid}" in lines[0] and "concord.db" in lines[0], second.stderr
         # The health check sees the running gateway.
-        health = subprocess.run([sys.executable, "-m", "gateway.cli", "health"], cwd=tmp_path, text=True,
+        health = subprocess.run([sys.executable, "-m", "gateway.cli.main", "health"], cwd=tmp_path, text=True,
                                 capture_output=True, timeout=60,
                                 env={**os.environ, "PYTHONPATH": str(REPO),
                                      "CONCORD_GATEWAY__HEARTBEAT_FILE": str(heartbeat)})
@@ -119,7 +119,7 @@ def test_second_run_on_the_same_sqlite_database_is_refused(tmp_path: Path) -> No
 
 def test_health_without_a_heartbeat_is_unhealthy(tmp_path: Path) -> None:
     base = {k: v for k, v in os.environ.items() if not k.startswith("CONCORD_")}
-    run = [sys.executable, "-m", "gateway.cli", "health"]
+    run = [sys.executable, "-m", "gateway.cli.main", "health"]
     missing = subprocess.run(run, cwd=tmp_path, text=True, capture_output=True, timeout=60,
                              env={**base, "PYTHONPATH": str(REPO),
                                   "CONCORD_GATEWAY__HEARTBEAT_FILE": str(tmp_path / "none")})

@@ -20,7 +20,7 @@ async def _run_console(server: FakeLLMServer, tmp_path: Path, lines: str) -> tup
                 "CONCORD_LLM__MODEL": "local", "CONCORD_STORAGE__DATA_DIR": str(tmp_path / "data"),
                 "CONCORD_GATEWAY__SWEEP_CRON": "off"})
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gateway.cli", "run", cwd=tmp_path, env=env, stdin=asyncio.subprocess.PIPE,
+        sys.executable, "-m", "gateway.cli.main", "run", cwd=tmp_path, env=env, stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(process.communicate(lines.encode()), timeout=90)
     return out.decode(), err.decode(), process.returncode or 0

@@ -132,7 +132,7 @@ async def test_every_summary_request_fits_the_window_the_summary_model_is_served
     src = _write(tmp_path / "in.jsonl", coding_session(60))  # 33,642 tokens
 
     async def window() -> int:
-        return 12_000  # what the server reports (gateway.cli asks it, as the gateway does)
+        return 12_000  # what the server reports (gateway.cli.main asks it, as the gateway does)
 
     stdout = io.StringIO()
     code = await asyncio.to_thread(

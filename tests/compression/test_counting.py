@@ -1,4 +1,4 @@
-"""Counting once per compression (issue 15): the count-cache key, counts handed in by the caller, the middle
+"""Counting once per compression: the count-cache key, counts handed in by the caller, the middle
 serialized newest-first only as far as the summary window allows, and the prompt's size from block counts."""
 
 from __future__ import annotations

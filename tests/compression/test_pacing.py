@@ -1,5 +1,5 @@
 """When a compaction runs ahead of need (`agent.compression.pacing`) and how many turns a session went since its
-last compaction (`gateway.ahead.turns_since_compaction`)."""
+last compaction (`gateway.conversation.ahead.turns_since_compaction`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from agent.compression.pacing import (
     turn_tokens,
 )
 from agent.compression.threshold import compute_threshold_tokens, output_reserve
-from gateway.ahead import conversation_pace, turns_since_compaction
+from gateway.conversation.ahead import conversation_pace, turns_since_compaction
 from gateway.store import CompactionInfo
 
 

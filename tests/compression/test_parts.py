@@ -1,4 +1,4 @@
-"""The middle in parts that each fit one summary prompt (issue 24, item 3): nothing is ever dropped."""
+"""The middle in parts that each fit one summary prompt: nothing is ever dropped."""
 
 from __future__ import annotations
 

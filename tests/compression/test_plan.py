@@ -1,4 +1,4 @@
-"""Planning one compaction (issue 24): escalation when the result would leave no room, the live message whole."""
+"""Planning one compaction: escalation when the result would leave no room, the live message whole."""
 
 from __future__ import annotations
 

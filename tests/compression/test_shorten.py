@@ -1,4 +1,4 @@
-"""A summary longer than asked, or cut at max_tokens, is shortened — not thrown away (issue 24, item 5)."""
+"""A summary longer than asked, or cut at max_tokens, is shortened — not thrown away."""
 
 from __future__ import annotations
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli import main
+from gateway.cli.main import main
 from gateway.config import ConfigError, load_settings
-from gateway.masking import mask_url
+from gateway.config.masking import mask_url
 
 URL_SETTINGS = {
     "CONCORD_LLM__BASE_URL": ("https://llmuser:LlmPass9x@llm.example.com/v1", "LlmPass9x"),

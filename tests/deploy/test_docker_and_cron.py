@@ -51,7 +51,7 @@ def test_dockerignore_keeps_the_venv_data_and_secrets_out_of_the_build_context()
                  "gateway/__pycache__/cli.cpython-311.pyc"):
         assert _ignored(path, patterns), path
     # Everything the Dockerfile copies stays in the context.
-    for path in ("pyproject.toml", "README.md", "gateway/cli.py", "agent/tokens.py", "adapters/console.py",
+    for path in ("pyproject.toml", "README.md", "gateway/cli/main.py", "agent/tokens.py", "adapters/console.py",
                  "gateway/store/migrations/env.py"):
         assert not _ignored(path, patterns), path
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from gateway.instruments import Instruments
+from gateway.ops.instruments import Instruments
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 

@@ -132,7 +132,7 @@ async def test_concord_runs_with_only_the_units_directories_writable(tmp_path: P
            **unit_environment(SERVICE, state_root, cache_root)}
     proc = await asyncio.create_subprocess_exec(
         "unshare", "-m", "sh", "-c", _READ_ONLY_EXCEPT, "sh", str(state), str(cache), "--",
-        sys.executable, "-m", "gateway.cli", "run", cwd=workdir, env=env,
+        sys.executable, "-m", "gateway.cli.main", "run", cwd=workdir, env=env,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(b"hello\n"), 120)
     assert proc.returncode == 0, err.decode()[-3000:]

@@ -1,4 +1,4 @@
-"""Real gateway processes on one session, under faults, and the check that nothing was lost (issue 11).
+"""Real gateway processes on one session, under faults, and the check that nothing was lost.
 
 A scenario starts ``gateways`` real ``concord run`` processes (console adapter, fed through stdin; every one
 is the same console chat, so they share one session) and a loop of ``concord sweep`` processes, all on one
@@ -149,7 +149,7 @@ def gateway_env(llm: FakeLLMServer, scenario: Scenario) -> dict[str, str]:
 
 async def _start(name: str, env: dict[str, str], log: Path, repo: Path) -> _Gateway:
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gateway.cli", "run", cwd=str(repo), env=env, stdin=asyncio.subprocess.PIPE,
+        sys.executable, "-m", "gateway.cli.main", "run", cwd=str(repo), env=env, stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE, stderr=log.open("wb"))
     return _Gateway(name, process)
 
@@ -183,7 +183,7 @@ async def _sweeps(env: dict[str, str], every: float, stop: asyncio.Event, log: P
     with log.open("ab") as err:
         while not stop.is_set():
             process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "gateway.cli", "sweep", cwd=str(repo), env=env,
+                sys.executable, "-m", "gateway.cli.main", "sweep", cwd=str(repo), env=env,
                 stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=err)
             await process.wait()
             runs += 1

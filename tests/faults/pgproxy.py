@@ -1,4 +1,4 @@
-"""A TCP proxy between a worker and PostgreSQL that loses a connection inside COMMIT (issue 30).
+"""A TCP proxy between a worker and PostgreSQL that loses a connection inside COMMIT.
 
 Everything is forwarded as it is, and the PostgreSQL wire protocol is followed only as far as needed: the
 statements each connection prepares (Parse) and runs (Bind, simple Query), and where a transaction begins and

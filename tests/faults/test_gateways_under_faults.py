@@ -1,5 +1,5 @@
 """Two real gateways and `concord sweep` on one session, under faults: nothing lost, nothing dropped from view,
-no chat stuck after recovery (issue 11). Each fault hits a private service (its own Redis, PostgreSQL or
+no chat stuck after recovery. Each fault hits a private service (its own Redis, PostgreSQL or
 tmpfs) stopped by PID; the shared services are never touched. Bounded forms of `python -m bench reliability`.
 """
 

@@ -1,4 +1,4 @@
-"""Telegram polling traffic through a Redis that is killed, hung and slowed (issue 30): real `concord run`
+"""Telegram polling traffic through a Redis that is killed, hung and slowed: real `concord run`
 workers on PostgreSQL and a private redis-server, one and two of them. Every message is answered once, in
 order, none is turned away, and no chat waits long after Redis is back — a bounded form of
 ``python -m bench.redis_campaign`` (which reports the wait against the issue's 5 s; here the bound only has to

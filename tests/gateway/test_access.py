@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from adapters.base import Inbound
-from gateway.access import AccessPolicy, Verdict
 from gateway.config import ConfigError, load_settings
-from gateway.pairing import Pairing
+from gateway.policy.access import AccessPolicy, Verdict
+from gateway.policy.pairing import Pairing
 from gateway.router import PAIRING_TEXT, REFUSED_DM
 from gateway.store import Store
 from tests.fakes.llm_server import FakeLLMServer

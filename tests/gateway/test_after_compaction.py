@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from agent.memory import MemoryProvider
-from gateway.keys import SessionKey
+from gateway.intake.keys import SessionKey
 from tests.fakes.llm_server import FakeLLMServer
 from tests.gateway.conftest import GatewayFactory, answer_by_kind, bulk_session, chatter
 

@@ -1,4 +1,4 @@
-"""Compaction ahead of need (issue 25) through the real gateway: after an answer is sent, a session past its soft
+"""Compaction ahead of need through the real gateway: after an answer is sent, a session past its soft
 mark is compacted in the background; a message arriving meanwhile is answered from the context as it stands if
 it fits (and waits for the compaction only if it would not), and everything ends stored once, in order.
 
@@ -14,7 +14,7 @@ from typing import Any
 from agent.compression.pacing import soft_mark, turn_tokens
 from agent.compression.threshold import output_reserve, request_room
 from gateway.app import Gateway
-from gateway.keys import SessionKey
+from gateway.intake.keys import SessionKey
 from tests.fakes.llm_server import Fail, FakeLLMServer, Reply
 from tests.gateway.conftest import (
     SUMMARY_MARKER,

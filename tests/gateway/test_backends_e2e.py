@@ -11,7 +11,7 @@ import pytest
 
 from bench.scratch_db import scratch_postgres
 from gateway.app import Gateway, SweepSlotTaken, build_runtime, run_sweep
-from gateway.locks import RedisLocks
+from gateway.intake.locks import RedisLocks
 from gateway.store import Store
 from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.gateway.conftest import ScriptedAdapter, answer_by_kind, bulk_session, chatter, make_settings

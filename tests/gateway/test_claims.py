@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from gateway.claims import InProcessClaims, RedisClaims
-from gateway.locks import fail_fast_client
+from gateway.intake.claims import InProcessClaims, RedisClaims
+from gateway.intake.locks import fail_fast_client
 
 
 async def test_in_process_claims_expire_and_stay_bounded() -> None:

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from adapters.base import Inbound
 from agent.compression.engine import CompressionResult
-from gateway.commands import (
+from gateway.conversation.commands import (
     NOTHING_TO_COMPRESS,
     Command,
     StatusFigures,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.compaction import SKIP_DISABLED
+from gateway.conversation.compaction import SKIP_DISABLED
 from tests.fakes.llm_server import FakeLLMServer
 from tests.gateway.conftest import GatewayFactory, answer_by_kind, bulk_session, chatter
 

@@ -1,4 +1,4 @@
-"""Deletions and /forget through the router (issue 27), on SQLite and PostgreSQL: a deleted message leaves no
+"""Deletions and /forget through the router, on SQLite and PostgreSQL: a deleted message leaves no
 trace of its text in any table (the full-text index, the summaries, the engine state, the compaction archive,
 the ledger's answers included), in search, in memory files or in a restore; a tombstone says who, when, and
 that something was deleted."""
@@ -13,9 +13,9 @@ from typing import Any
 
 from adapters.base import Inbound
 from gateway.app import Gateway
+from gateway.conversation.sweep import sweep
 from gateway.store import Store
 from gateway.store.erasure import FTS_SECURE_DELETE
-from gateway.sweep import sweep
 from tests.fakes.llm_server import FakeLLMServer
 from tests.gateway.conftest import GatewayFactory, ScriptedAdapter
 from tests.gateway.planted_scan import PIECE, PLANT, echoing_model, files_holding, tables_holding

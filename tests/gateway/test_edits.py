@@ -1,4 +1,4 @@
-"""Edits through the router (issue 27): before the answer the turn runs on the new text; after it the edit is a
+"""Edits through the router: before the answer the turn runs on the new text; after it the edit is a
 correction the next turn carries, stored beside the original; an edit never runs a command."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gateway.keys import SessionKey
+from gateway.intake.keys import SessionKey
 from tests.fakes.llm_server import ErrorReply, FakeLLMServer, Reply
 from tests.gateway.conftest import GatewayFactory
 

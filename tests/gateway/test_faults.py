@@ -1,10 +1,10 @@
-"""Crash points (`gateway.faults`): armed by name from the environment, unknown names said and ignored."""
+"""Crash points (`gateway.ops.faults`): armed by name from the environment, unknown names said and ignored."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.faults import POINTS, parse_points
+from gateway.ops.faults import POINTS, parse_points
 
 
 def test_points_are_armed_by_name_and_unknown_ones_are_said(capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.hygiene import REASON_MESSAGES, REASON_TOKENS
+from gateway.conversation.hygiene import REASON_MESSAGES, REASON_TOKENS
 from tests.fakes.llm_server import FakeLLMServer
 from tests.gateway.conftest import SUMMARY_MARKER, GatewayFactory, answer_by_kind, bulk_session, chatter
 

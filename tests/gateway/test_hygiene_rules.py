@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agent.tokens import get_counter
-from gateway.hygiene import REASON_MESSAGES, REASON_TOKENS, check_hygiene, session_tokens
+from gateway.conversation.hygiene import REASON_MESSAGES, REASON_TOKENS, check_hygiene, session_tokens
 
 
 def _check(tokens: int, messages: int = 10) -> object:

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from agent.compression.engine import CompressionResult
 from agent.events import EVENT_COMPRESS, AgentEvent
 from agent.llm.base import Usage
-from gateway.metrics import EVENT_COMPRESS_ABORTED, MAX_MODEL_LABELS, Metrics
+from gateway.ops.metrics import EVENT_COMPRESS_ABORTED, MAX_MODEL_LABELS, Metrics
 
 
 def _value(metrics: Metrics, name: str, **labels: str) -> float | None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from gateway.keys import SessionKey, session_key
+from gateway.intake.keys import SessionKey, session_key
 
 
 @dataclass

@@ -6,8 +6,8 @@ import asyncio
 import uuid
 from collections.abc import Callable
 
-from gateway.lease import RedisLease
-from gateway.locks import fail_fast_client
+from gateway.intake.lease import RedisLease
+from gateway.intake.locks import fail_fast_client
 
 
 class Holder:

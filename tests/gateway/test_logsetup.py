@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from gateway.logsetup import (
+from gateway.ops.logsetup import (
     CONTENT_LOGGERS,
     CONTINUATION,
     bind_log_session,

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from gateway.logthrottle import LogThrottle, describe_cause
+from gateway.ops.logthrottle import LogThrottle, describe_cause
 
 LOGGER = "tests.throttle"
 

@@ -1,4 +1,4 @@
-"""A turn whose compaction loses a race, or that meets a storage outage, loses no message (issue 11).
+"""A turn whose compaction loses a race, or that meets a storage outage, loses no message.
 
 "Another process" is a second `Store` on the same database writing in the middle of our turn: another
 gateway's turn appended, then a sweep compacted. The multi-process versions are in tests/faults/.

@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 from rich.console import Console
 
-from gateway.hygiene import REASON_MESSAGES, REASON_TOKENS
-from gateway.sweep import expire_idle, print_sweep_report, sweep
+from gateway.conversation.hygiene import REASON_MESSAGES, REASON_TOKENS
+from gateway.conversation.sweep import expire_idle, print_sweep_report, sweep
 from tests.fakes.llm_server import FakeLLMServer
 from tests.gateway.conftest import GatewayFactory, answer_by_kind, bulk_session, chatter
 
@@ -51,7 +51,7 @@ async def test_idle_expiry_is_off_when_unset(gateway_factory: GatewayFactory) ->
     await adapter.say("hello")
     clock.offset = timedelta(days=30)
     assert await expire_idle(gateway.sessions) == []
-    assert gateway.scheduler.job_ids == ["delivery-recovery", "inbox-recovery"]  # the recoveries always run
+    assert gateway.conversation.scheduler.job_ids == ["delivery-recovery", "inbox-recovery"]  # the recoveries always run
 
 
 async def test_sweep_compresses_exactly_the_sessions_over_a_limit(gateway_factory: GatewayFactory,

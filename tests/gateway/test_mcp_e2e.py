@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.tools.mcp_tools import UNTRUSTED_NOTE, UNTRUSTED_TAG
-from gateway.keys import SessionKey
+from gateway.intake.keys import SessionKey
 from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.fakes.mcp_http import PLANTED_KEY, serve_mcp_http
 from tests.gateway.conftest import GatewayFactory

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from agent.events import EVENT_LLM_RESPONSE, AgentEvent
-from gateway.commands import OPERATOR_REFUSAL, REFUSAL
-from gateway.metrics import Metrics, compression_kind, fan_out, percentile
+from gateway.conversation.commands import OPERATOR_REFUSAL, REFUSAL
+from gateway.conversation.sweep import sweep
+from gateway.ops.metrics import Metrics, compression_kind, fan_out, percentile
 from gateway.router import Router
 from gateway.store import EngineState
-from gateway.sweep import sweep
 from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.gateway.conftest import (
     SUMMARY_MARKER,

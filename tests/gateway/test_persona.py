@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.commands import REFUSAL
 from gateway.config import ConfigError, load_settings
+from gateway.conversation.commands import REFUSAL
 from tests.fakes.llm_server import FakeLLMServer
 from tests.gateway.conftest import GatewayFactory
 

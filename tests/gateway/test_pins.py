@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.commands import status_figures
-from gateway.keys import SessionKey
-from gateway.pins import PINS_HEADER
+from gateway.conversation.commands import status_figures
+from gateway.conversation.pins import PINS_HEADER
+from gateway.intake.keys import SessionKey
 from tests.fakes.llm_server import FakeLLMServer
 from tests.gateway.conftest import (
     GatewayFactory,

@@ -22,8 +22,8 @@ import pytest
 
 from agent.compression.summary import is_summary_text
 from bench._redaction_corpus import Planted, positives
-from gateway.cli import main
-from gateway.logsetup import configure_logging
+from gateway.cli.main import main
+from gateway.ops.logsetup import configure_logging
 from tests.fakes.llm_server import FakeLLMServer
 from tests.gateway.conftest import GatewayFactory, bulk_session, is_summary_request
 

@@ -1,4 +1,4 @@
-"""What tokens cost (`gateway.pricing`): priced only when input and output prices are set, cache reads and
+"""What tokens cost (`gateway.policy.pricing`): priced only when input and output prices are set, cache reads and
 writes at their own prices (or the input's)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.config import PricingSettings
-from gateway.pricing import dollars, tokens_cost
+from gateway.policy.pricing import dollars, tokens_cost
 
 
 def test_without_prices_nothing_is_priced() -> None:

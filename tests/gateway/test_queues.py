@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from gateway.queues import QueueClosed, SessionQueues
+from gateway.intake.queues import QueueClosed, SessionQueues
 
 
 async def test_same_key_runs_in_order_one_at_a_time_and_keys_run_concurrently() -> None:

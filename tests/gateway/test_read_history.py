@@ -98,7 +98,7 @@ async def test_long_messages_come_in_pages_and_neighbours_on_request(gateway_fac
     assert len(page) == 4_000
     rest = len(LONG) - 4_000
     assert note == f"[… {rest:,} more characters: call read_history with number=8 offset=4000]"
-    # A page small enough that the small window's clipping of oversized messages (issue 12) leaves it whole.
+    # A page small enough that the small window's clipping of oversized messages leaves it whole.
     second = await read(adapter, fake_llm, "u1", number=8, offset=4_000, max_chars=1_000)
     page, note = second.split("\n", 1)[1].rsplit("\n", 1)
     assert page == LONG[4_000:5_000]

@@ -10,8 +10,8 @@ from sqlalchemy import update
 
 from agent.compression.summary import SUMMARY_PREFIX
 from gateway.app import Gateway
-from gateway.history import READ_TOOL
-from gateway.recall import MAX_ANCESTORS, RECALL_TOOL, conversation_sessions
+from gateway.conversation.history import READ_TOOL
+from gateway.conversation.recall import MAX_ANCESTORS, RECALL_TOOL, conversation_sessions
 from gateway.store.database import write
 from gateway.store.models import SessionRow
 from tests.fakes.llm_server import FakeLLMServer

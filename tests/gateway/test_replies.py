@@ -1,4 +1,4 @@
-"""Bounds on what goes out (`gateway.replies`) and text made storable where it enters (`agent.storable`,
+"""Bounds on what goes out (`gateway.delivery.replies`) and text made storable where it enters (`agent.storable`,
 `adapters.base.Inbound`)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 
 from adapters.base import Inbound, storable_text
 from agent.storable import storable
-from gateway.commands import StatusFigures, format_status
-from gateway.replies import cap_reply
+from gateway.conversation.commands import StatusFigures, format_status
+from gateway.delivery.replies import cap_reply
 
 
 def test_a_short_reply_is_sent_as_it_is() -> None:

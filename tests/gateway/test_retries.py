@@ -1,4 +1,4 @@
-"""A retry never stores or runs anything twice (issue 30, items 2 and 3), in one process: a COMMIT that went
+"""A retry never stores or runs anything twice (items 2 and 3), in one process: a COMMIT that went
 through while the connection carrying its answer was lost (the turn's, a command reply's, a command's start),
 and an earlier attempt that died after a compaction stored the request, or in the middle of a command.
 
@@ -12,8 +12,8 @@ from typing import Any
 
 from sqlalchemy.exc import OperationalError
 
-from gateway.commands import INTERRUPTED_COMMAND
-from gateway.inbox import inbound_key
+from gateway.conversation.commands import INTERRUPTED_COMMAND
+from gateway.intake.inbox import inbound_key
 from gateway.store import Progress
 from tests.fakes.llm_server import FakeLLMServer
 from tests.gateway.conftest import GatewayFactory, answer_by_kind

@@ -7,12 +7,12 @@ from datetime import UTC, datetime
 
 from apscheduler.triggers.cron import CronTrigger
 
-from gateway.scheduler import (
+from gateway.config.cron import cron_trigger
+from gateway.conversation.scheduler import (
     IDLE_JOB_ID,
     SWEEP_JOB_ID,
     GatewayScheduler,
     cron_slot,
-    cron_trigger,
     interval_slot,
     slot_ttl,
 )

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from gateway.arrivals import RedisArrivalOrder
-from gateway.claims import RedisClaims
-from gateway.locks import fail_fast_client
-from gateway.scheduler import GatewayScheduler
+from gateway.conversation.scheduler import GatewayScheduler
+from gateway.intake.arrivals import RedisArrivalOrder
+from gateway.intake.claims import RedisClaims
+from gateway.intake.locks import fail_fast_client
 from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.gateway.conftest import GatewayFactory
 

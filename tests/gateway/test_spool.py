@@ -1,4 +1,4 @@
-"""The spool (issue 30): messages the database could not take, fsync'd to a per-worker file and moved into the
+"""The spool: messages the database could not take, fsync'd to a per-worker file and moved into the
 inbox later — by their worker, or, once it is gone, by any worker sharing the data directory."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.spool import Spool
+from gateway.intake.spool import Spool
 
 
 class _Inbox:
@@ -44,7 +44,7 @@ async def test_a_live_workers_spool_is_left_alone_and_a_dead_ones_is_drained(tmp
     inbox = _Inbox()
     assert await other.drain(inbox.keep) == 0  # w1 holds its lock
     # A worker process that dies (SIGKILL) drops its lock with it.
-    script = ("import asyncio, os, signal, sys; from pathlib import Path; from gateway.spool import Spool\n"
+    script = ("import asyncio, os, signal, sys; from pathlib import Path; from gateway.intake.spool import Spool\n"
               "s = Spool(Path(sys.argv[1]), 'w3#c'); asyncio.run(s.append(['{\"n\": 9}', '{\"n\": 10}']))\n"
               "os.kill(os.getpid(), signal.SIGKILL)")
     process = await asyncio.create_subprocess_exec(sys.executable, "-c", script, str(tmp_path))

@@ -1,4 +1,4 @@
-"""A cache-stable prompt (issue 25, R-K1/R-K2/R-C5): the system prompt is byte-identical before and after every
+"""A cache-stable prompt (R-K1/R-K2/R-C5): the system prompt is byte-identical before and after every
 compaction, and a request is laid out stable prefix first (system prompt with its pins, tool schemas), then the
 summary, then the verbatim tail — through the real gateway, every request read back from the fake LLM server."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.compression.summary import SUMMARIZER_SYSTEM, SUMMARY_PREFIX
-from gateway.keys import SessionKey
+from gateway.intake.keys import SessionKey
 from tests.fakes.llm_server import FakeLLMServer, RecordedRequest
 from tests.gateway.conftest import GatewayFactory, answer_by_kind
 

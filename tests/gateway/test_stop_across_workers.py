@@ -1,4 +1,4 @@
-"""/stop received by another worker than the one running the turn (issue 30): two gateways on one Redis, each
+"""/stop received by another worker than the one running the turn: two gateways on one Redis, each
 with its own store and platform connection. The turn runs on A; /stop reaches B."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.app import Gateway, build_runtime
-from gateway.busy import RunningTurn, StopOutcome
-from gateway.commands import NOT_YOURS, NOTHING_TO_STOP
-from gateway.locks import fail_fast_client
+from gateway.conversation.commands import NOT_YOURS, NOTHING_TO_STOP
+from gateway.intake.busy import RunningTurn, StopOutcome
+from gateway.intake.locks import fail_fast_client
+from gateway.intake.stops import ANSWER_WAIT_S, RedisStops
 from gateway.router import STOPPED_TEXT
-from gateway.stops import ANSWER_WAIT_S, RedisStops
 from tests.fakes.llm_server import FakeLLMServer
 from tests.gateway.conftest import ScriptedAdapter, make_settings
 

@@ -1,4 +1,4 @@
-"""The gateway's per-message store traffic on SQLite (issue 15): one read and one write transaction per message,
+"""The gateway's per-message store traffic on SQLite: one read and one write transaction per message,
 each a single round trip to a worker thread, and the store's token counts reused instead of re-tokenizing."""
 
 from __future__ import annotations

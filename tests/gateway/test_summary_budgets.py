@@ -1,4 +1,4 @@
-"""Summary calls count against budgets (issue 30): the sender whose message set off a compaction pays for its
+"""Summary calls count against budgets: the sender whose message set off a compaction pays for its
 summary, with the chat — hygiene before the turn, the agent's own preflight compaction — and a scheduled
 sweep's summary is charged to the chat alone. /usage shows the summaries' share."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.sweep import sweep
+from gateway.conversation.sweep import sweep
 from tests.fakes.llm_server import FakeLLMServer
 from tests.fakes.llm_wire import Reply
 from tests.gateway.conftest import SUMMARY_MARKER, GatewayFactory, bulk_session, chatter, is_summary_request

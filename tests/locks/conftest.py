@@ -21,7 +21,7 @@ import pytest
 from redis import Redis as SyncRedis
 from redis.exceptions import RedisError
 
-from gateway.locks import InProcessLocks, LockBackend, RedisLocks
+from gateway.intake.locks import InProcessLocks, LockBackend, RedisLocks
 
 
 @pytest.fixture(params=["inprocess", "redis"])

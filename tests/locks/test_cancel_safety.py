@@ -1,8 +1,8 @@
-"""Locks and /stop announcements whose Redis loops are busy when their block ends (issue 30).
+"""Locks and /stop announcements whose Redis loops are busy when their block ends.
 
 redis-py's asyncio client swallows a cancellation that lands while a command is in flight often enough (about
 one in ten here) that a renewal task cancelled at the end of a turn could keep renewing forever, and the turn
-waiting for it would never end. Loops are therefore told to stop, not cancelled (`gateway.background`): with
+waiting for it would never end. Loops are therefore told to stop, not cancelled (`gateway.intake.background`): with
 a renewal every millisecond or so — a Redis call in flight at almost every block's end — every block ends."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import uuid
 
 import pytest
 
-from gateway.background import beside, pause
-from gateway.busy import RunningTurn
-from gateway.locks import RedisLocks, fail_fast_client
-from gateway.stops import RedisStops
+from gateway.intake.background import beside, pause
+from gateway.intake.busy import RunningTurn
+from gateway.intake.locks import RedisLocks, fail_fast_client
+from gateway.intake.stops import RedisStops
 
 
 async def test_a_lock_renewed_every_few_milliseconds_always_lets_its_block_end(redis_url: str) -> None:

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from gateway.locks import InProcessLocks, LockBackend, RedisLocks
+from gateway.intake.locks import InProcessLocks, LockBackend, RedisLocks
 
 
 async def test_turn_lock_serializes_one_session(backend: LockBackend) -> None:

@@ -11,11 +11,11 @@ import uuid
 
 import pytest
 
-from gateway.locks import RedisLocks
+from gateway.intake.locks import RedisLocks
 from tests.locks.conftest import PrivateRedis
 from tests.store.crashkit import fork_child, kill_and_reap
 
-LOGGER = "gateway.locks"
+LOGGER = "gateway.intake.locks"
 
 
 def _messages(caplog: pytest.LogCaptureFixture) -> str:

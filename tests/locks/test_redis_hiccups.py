@@ -1,4 +1,4 @@
-"""A Redis hiccup costs a session seconds, not a minute (issue 30).
+"""A Redis hiccup costs a session seconds, not a minute.
 
 A request that times out on the client may still be run by the server: a SIGSTOPped Redis runs what waits in
 its sockets when it resumes. Such a draw must leave no arrival ticket the session waits for, a release that
@@ -16,9 +16,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from gateway.arrivals import RedisArrivalOrder, Turn
-from gateway.lease import RedisLease
-from gateway.locks import fail_fast_client
+from gateway.intake.arrivals import RedisArrivalOrder, Turn
+from gateway.intake.lease import RedisLease
+from gateway.intake.locks import fail_fast_client
 from tests.locks.conftest import PrivateRedis
 
 STALE_S = 60.0  # production's: waiting for it is the regression

@@ -1,4 +1,4 @@
-"""A hung or slow Redis leaves no lock that nobody owns (issue 11): requests and releases that timed out on the
+"""A hung or slow Redis leaves no lock that nobody owns: requests and releases that timed out on the
 client are deleted by their token once Redis answers, so no chat waits out a lock's expiry after recovery.
 Faults hit a private redis-server only (SIGSTOP / SIGCONT by PID, ``DEBUG SLEEP``)."""
 
@@ -13,7 +13,7 @@ import uuid
 import pytest
 from redis import Redis as SyncRedis
 
-from gateway.locks import RedisLocks
+from gateway.intake.locks import RedisLocks
 from tests.locks.conftest import PrivateRedis
 
 CHATS = 20
@@ -59,7 +59,7 @@ async def _settle(locks: RedisLocks, within_s: float = 5.0) -> None:
 
 async def test_a_hung_redis_leaves_no_orphaned_lock(private_redis: PrivateRedis,
                                                    caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, "gateway.locks")
+    caplog.set_level(logging.INFO, "gateway.intake.locks")
     prefix = f"orphans:{uuid.uuid4().hex}:"
     locks = RedisLocks.from_url(private_redis.url, prefix=prefix, turn_ttl=TTL, compression_ttl=TTL)
     stop = asyncio.Event()
@@ -122,7 +122,7 @@ async def test_a_slow_redis_leaves_no_orphaned_lock(private_redis: PrivateRedis)
 
 async def test_waiting_for_a_held_turn_lock_is_logged_and_bounded(private_redis: PrivateRedis,
                                                                   caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, "gateway.locks")
+    caplog.set_level(logging.INFO, "gateway.intake.locks")
     holder = RedisLocks.from_url(private_redis.url, prefix="bounded:", turn_ttl=5.0)
     waiter = RedisLocks(holder._client, prefix="bounded:", turn_ttl=5.0, max_wait=1.0, wait_note_s=0.3)
     try:

@@ -3,7 +3,7 @@ the store shows the archived rows; others are refused and nothing changes; the s
 
 from __future__ import annotations
 
-from gateway.commands import REFUSAL
+from gateway.conversation.commands import REFUSAL
 from tests.fakes.discord_server import ADMIN_ROLE_ID, CHANNEL_ID, THREAD_ID
 from tests.gateway.conftest import SUMMARY_MARKER, answer_by_kind, chatter
 from tests.platforms.conftest import DISCORD_ADMIN, TELEGRAM_ADMIN, Platforms, until

@@ -1,4 +1,4 @@
-"""Edits, deletions and /forget end to end through the real discord.py and python-telegram-bot clients (issue 27).
+"""Edits, deletions and /forget end to end through the real discord.py and python-telegram-bot clients.
 
 The fakes send what the platforms send: Discord's MESSAGE_UPDATE (the whole message, ``edited_timestamp`` set),
 MESSAGE_DELETE and MESSAGE_DELETE_BULK dispatches, Telegram's ``edited_message`` updates. An edit before the

@@ -1,6 +1,6 @@
-"""Compaction ahead of need (issue 25) with real ``concord run`` workers on PostgreSQL + Redis:
+"""Compaction ahead of need with real ``concord run`` workers on PostgreSQL + Redis:
 
-* one worker SIGKILLed in the middle of a compaction ahead of need (`gateway.faults` ``ahead-summarized``: its
+* one worker SIGKILLed in the middle of a compaction ahead of need (`gateway.ops.faults` ``ahead-summarized``: its
   summary written, its result not stored), after a message arrived and was answered meanwhile: started again,
   the next compaction is stored, and every message is stored once and answered once, in order;
 * two workers, the compaction running on one while the session's next messages go to the other: they are
@@ -18,7 +18,7 @@ from sqlalchemy import func, select
 
 from bench.cluster import Cluster, Sent
 from bench.crash_campaign import restart_unarmed
-from gateway.faults import ENV as KILL_AT
+from gateway.ops.faults import ENV as KILL_AT
 from gateway.store import Store
 from gateway.store.database import create_engine
 from gateway.store.models import MessageRow, SessionRow

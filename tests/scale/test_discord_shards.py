@@ -1,4 +1,4 @@
-"""Discord shards over real ``concord run`` workers on PostgreSQL + Redis (issue 18): one bot of two shards,
+"""Discord shards over real ``concord run`` workers on PostgreSQL + Redis: one bot of two shards,
 worker 0 running shard 0 and worker 1 shard 1, against the fake Discord, which sends each guild's events only
 on its shard's connection and DMs on shard 0, as Discord does. Every message is answered once, in order per
 channel, each guild by its shard's worker; while a worker is SIGKILLed its shard's guilds get nothing (a shard

@@ -1,6 +1,6 @@
-"""The last loss windows (issue 30), each hit with real ``concord run`` workers on PostgreSQL + Redis: a
+"""The last loss windows, each hit with real ``concord run`` workers on PostgreSQL + Redis: a
 connection lost inside a turn's COMMIT (a proxy between the worker and PostgreSQL cuts it once the COMMIT went
-through), and a worker SIGKILLed at a named crash point (`gateway.faults`) — after a compaction stored the
+through), and a worker SIGKILLed at a named crash point (`gateway.ops.faults`) — after a compaction stored the
 request, in the middle of a command, between an inbox write and its handling, with an observed group line not
 yet written — and a Discord worker SIGKILLed in the middle of a database outage (a private PostgreSQL cluster,
 stopped). Each time every message is stored once and answered once, in order.
@@ -19,8 +19,8 @@ import pytest
 from bench.cluster import Sent, check_exactly_once
 from bench.crash_campaign import FILLER
 from bench.crash_rig import restart_unarmed, stored_counts
-from gateway.commands import INTERRUPTED_COMMAND
-from gateway.faults import ENV as KILL_AT
+from gateway.conversation.commands import INTERRUPTED_COMMAND
+from gateway.ops.faults import ENV as KILL_AT
 from gateway.store import Store, upgrade_database
 from tests.fakes.discord_server import DM_CHANNEL_ID, FakeDiscord, SentMessage
 from tests.fakes.llm_server import FakeLLMServer

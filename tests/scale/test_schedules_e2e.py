@@ -1,6 +1,6 @@
-"""Scheduled jobs once per schedule across real ``concord run`` workers on PostgreSQL + Redis (issue 18): three
+"""Scheduled jobs once per schedule across real ``concord run`` workers on PostgreSQL + Redis: three
 workers sweep every two seconds and a ``concord sweep`` (what the systemd timer or cron runs) joins in; every
-run of the schedule is swept by exactly one of them. And one sweep at a time (issue 30): a ``concord sweep``
+run of the schedule is swept by exactly one of them. And one sweep at a time: a ``concord sweep``
 that knows no schedule does nothing while a worker's sweep runs."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ async def test_each_run_of_the_sweep_is_swept_by_one_process(cluster_factory: Cl
     cluster = await cluster_factory(3, CONCORD_GATEWAY__SWEEP_CRON=CRON, CONCORD_LOGGING__LEVEL="DEBUG")
     await asyncio.sleep(4)
     env = {**cluster._worker_env(cluster.workers[0]), "CONCORD_GATEWAY__WORKER_ID": "timer"}
-    cli = await asyncio.create_subprocess_exec(sys.executable, "-m", "gateway.cli", "sweep", cwd=str(cluster.workdir),
+    cli = await asyncio.create_subprocess_exec(sys.executable, "-m", "gateway.cli.main", "sweep", cwd=str(cluster.workdir),
                                                env=env, stdout=asyncio.subprocess.PIPE,
                                                stderr=asyncio.subprocess.PIPE)
     out, err = await cli.communicate()
@@ -95,7 +95,7 @@ async def test_a_cron_sweep_without_a_schedule_never_runs_beside_a_workers_sweep
         await asyncio.sleep(0.05)
     env = {**cluster._worker_env(cluster.workers[0]), "CONCORD_GATEWAY__WORKER_ID": "cron",
            "CONCORD_GATEWAY__SWEEP_CRON": "off"}
-    cli = await asyncio.create_subprocess_exec(sys.executable, "-m", "gateway.cli", "sweep", cwd=str(cluster.workdir),
+    cli = await asyncio.create_subprocess_exec(sys.executable, "-m", "gateway.cli.main", "sweep", cwd=str(cluster.workdir),
                                                env=env, stdout=asyncio.subprocess.PIPE,
                                                stderr=asyncio.subprocess.PIPE)
     out, err = await cli.communicate()

@@ -1,4 +1,4 @@
-"""/stop from any worker (issue 30): two real ``concord run`` workers on PostgreSQL + Redis behind the test's load
+"""/stop from any worker: two real ``concord run`` workers on PostgreSQL + Redis behind the test's load
 balancer (Telegram webhook mode, answers streamed by editing one message). A turn streams slowly on worker 0;
 the /stop is delivered to worker 1. The turn stops within 2 s, the chat sees "⏹️ Stopped." once (under what was
 written) and nothing else for the /stop, and the stored transcript keeps the partial answer marked interrupted."""

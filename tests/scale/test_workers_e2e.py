@@ -1,4 +1,4 @@
-"""Guarantees with several real ``concord run`` workers on PostgreSQL + Redis behind a load balancer (issue 18):
+"""Guarantees with several real ``concord run`` workers on PostgreSQL + Redis behind a load balancer:
 each session's messages handled one at a time and in arrival order, none lost, none answered twice — also
 when a worker is SIGKILLed mid-turn (its lock expires, another worker handles the message) or between storing
 an answer and the platform's confirmation (the delivery ledger sends it, once)."""

@@ -1,4 +1,4 @@
-"""The store's side of erasures (issue 27), on SQLite and PostgreSQL: rows found by the message they hold (copies
+"""The store's side of erasures, on SQLite and PostgreSQL: rows found by the message they hold (copies
 included), rewritten in place with the open session's active set replaced, kept inbox payloads emptied, and
 SQLite's full-text pages rewritten by the sweep when an erasure marked it due."""
 

@@ -1,4 +1,4 @@
-"""Relevance ranking (issue 31): BM25 on both backends, all words first, any-word matching when that finds
+"""Relevance ranking: BM25 on both backends, all words first, any-word matching when that finds
 too little (stop words left out), answers to matching questions, whole lines in snippets, re-ranking."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gateway.rerank import meaning_rerank
+from gateway.conversation.rerank import meaning_rerank
 from gateway.store import Store, message_text
 from gateway.store.search import ALL_WORDS, ANY_WORD, BY_MEANING, EXACT_TEXT
 from gateway.store.snippets import WHOLE_LINES_CHARS

@@ -7,7 +7,7 @@ import asyncio
 import os
 import uuid
 
-from gateway.locks import RedisLocks
+from gateway.intake.locks import RedisLocks
 from gateway.store import StaleWatermark, Store
 from tests.store.conftest import user
 from tests.store.crashkit import compress, fork_child, kill_and_reap, read_all

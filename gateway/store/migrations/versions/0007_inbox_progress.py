@@ -1,6 +1,6 @@
 """The inbox records how far a message's handling got: ``progress`` (its turn's messages a compaction stored
 before the turn ended, or a command that began changing something) and ``answer_id`` (the ledger row of the
-answer stored with the handled mark), so a retry never stores or runs anything twice (issue 30).
+answer stored with the handled mark), so a retry never stores or runs anything twice.
 
 Revision ID: 0007_inbox_progress
 Revises: 0006_deliveries_pruned

@@ -1,5 +1,5 @@
 """Each stored message row names the platform message it holds and who wrote it (``origin``, ``author``), so a
-platform delete, an edit and ``/forget`` find every row and copy of a message (issue 27).
+platform delete, an edit and ``/forget`` find every row and copy of a message.
 
 Rows stored before this revision have neither: they are left NULL (their payloads carry no origin either).
 

@@ -1,5 +1,5 @@
 """A named person's message is searched with their name in front (``NAME: text``), so "what did Alice say
-about…" finds what Alice said (issue 31; `gateway.store.message_text`).
+about…" finds what Alice said (`gateway.store.message_text`).
 
 Rows stored before this revision get the prefix here: user rows whose payload names a speaker (a JSON
 string ``name``). The full-text indexes follow the new text (SQLite's triggers, PostgreSQL's generated
