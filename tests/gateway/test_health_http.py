@@ -16,8 +16,8 @@ from tests.gateway.conftest import GatewayFactory
 
 
 def _url(gateway: Gateway, path: str) -> str:
-    assert gateway.ops.health is not None
-    return f"http://127.0.0.1:{gateway.ops.health.port}{path}"
+    assert gateway.health is not None
+    return f"http://127.0.0.1:{gateway.health.port}{path}"
 
 
 async def test_metrics_count_what_the_gateway_did(gateway_factory: GatewayFactory, fake_llm: FakeLLMServer) -> None:
@@ -62,14 +62,14 @@ async def test_readiness_fails_without_redis_or_a_connected_adapter(gateway_fact
 async def test_readiness_fails_when_the_database_is_gone(gateway_factory: GatewayFactory, postgres_url: str) -> None:
     async with scratch_postgres(postgres_url) as url:
         gateway, _ = await gateway_factory(metrics={"port": 0}, storage={"database_url": url})
-        assert gateway.ops.health is not None
-        assert await gateway.ops.health.readiness() == {"database": True, "adapter:discord": True}
+        assert gateway.health is not None
+        assert await gateway.health.readiness() == {"database": True, "adapter:discord": True}
         name = make_url(url).database
         admin = create_engine(postgres_url, isolation_level="AUTOCOMMIT")
         async with admin.connect() as conn:
             await conn.exec_driver_sql(f'DROP DATABASE "{name}" WITH (FORCE)')
         await admin.dispose()
-        assert await gateway.ops.health.readiness() == {"database": False, "adapter:discord": True}
+        assert await gateway.health.readiness() == {"database": False, "adapter:discord": True}
 
 
 def test_the_metrics_port_is_validated() -> None:

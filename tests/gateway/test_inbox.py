@@ -12,7 +12,7 @@ from sqlalchemy.exc import OperationalError
 
 from adapters.base import Attachment
 from gateway.app import Gateway, build_runtime
-from gateway.intake.inbox import decode, encode, inbound_key
+from gateway.inbox import decode, encode, inbound_key
 from gateway.store import InboxEntry
 from tests.fakes.llm_server import FakeLLMServer
 from tests.gateway.conftest import GatewayFactory, ScriptedAdapter, answer_by_kind, make_settings
@@ -33,7 +33,7 @@ async def test_a_kept_message_is_marked_handled_however_it_is_answered(gateway_f
     messages = [adapter.inbound("a question"), adapter.inbound("/help"), adapter.inbound("hi", user_id="troll"),
                 adapter.inbound("lunch?", chat_type="group", chat_id="g1")]  # a turn, a command, refused, observed
     for inbound in messages:
-        await gateway.intake.inbox.keep([inbound])
+        await gateway.inbox.keep([inbound])
         assert adapter._handler is not None
         await adapter._handler(inbound)
     store = gateway.rt.store
@@ -136,8 +136,8 @@ async def test_while_the_database_fails_the_next_messages_go_to_the_spool_at_onc
 
     gateway.rt.store.inbox.keep = database_down  # type: ignore[method-assign]
     first, second = adapter.inbound("one"), adapter.inbound("two")
-    await gateway.intake.inbox.keep_or_spool([first])
-    await gateway.intake.inbox.keep_or_spool([second])
+    await gateway.inbox.keep_or_spool([first])
+    await gateway.inbox.keep_or_spool([second])
     assert len(tried) == 1  # the second did not wait for the database first
-    assert gateway.intake.inbox.spool is not None and gateway.intake.inbox.spool.pending == 2
-    assert gateway.intake.inbox.holds(first) and gateway.intake.inbox.holds(second)
+    assert gateway.inbox.spool is not None and gateway.inbox.spool.pending == 2
+    assert gateway.inbox.holds(first) and gateway.inbox.holds(second)

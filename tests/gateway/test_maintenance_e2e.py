@@ -51,7 +51,7 @@ async def test_idle_expiry_is_off_when_unset(gateway_factory: GatewayFactory) ->
     await adapter.say("hello")
     clock.offset = timedelta(days=30)
     assert await expire_idle(gateway.sessions) == []
-    assert gateway.conversation.scheduler.job_ids == ["delivery-recovery", "inbox-recovery"]  # the recoveries always run
+    assert gateway.scheduler.job_ids == ["delivery-recovery", "inbox-recovery"]  # the recoveries always run
 
 
 async def test_sweep_compresses_exactly_the_sessions_over_a_limit(gateway_factory: GatewayFactory,
