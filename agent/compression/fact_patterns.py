@@ -78,10 +78,11 @@ ERROR_RE = re.compile(
     r"|(?:error|fatal|panic|FATAL|ERROR|Error)(?:\[\w+\])?:\s"
     r"|(?:Error|ERROR|error)\s[^:\n]{1,50}:\s"                         # "Error fetching result: …"
     r"|FAILED\s|FAIL:\s|ERROR\s+\S+::|--- FAIL:\s|npm ERR!|E:\s"      # test runners' failing tests, npm, apt
-    r"|.*?\S:(?:\d+:)*\s(?:fatal\s)?error:\s"              # "src/a.c:3:1: error: …", "dpkg: error: …"
-    r"|.*?\s\.\.\.\s(?:FAIL|ERROR)$"                                   # unittest -v: "test_x (m.C) ... FAIL"
-    # The C library's and the shell's messages, wherever a line holds them (a user pastes them into a sentence).
-    r"|.*?(?:command not found|No such file or directory|No such device|Permission denied|Segmentation fault)"
+    # Further into the line (one lazy pass tries them all): a compiler's or a tool's "src/a.c:3:1: error: …",
+    # "dpkg: error: …"; unittest -v's "test_x (m.C) ... FAIL"; the C library's and the shell's messages,
+    # wherever a line holds them (a user pastes them into a sentence).
+    r"|.*?(?:\S:(?:\d+:)*\s(?:fatal\s)?error:\s|\s\.\.\.\s(?:FAIL|ERROR)$"
+    r"|command not found|No such file or directory|No such device|Permission denied|Segmentation fault)"
     r")"
 )
 # A Python traceback ends with its exception at the margin, whatever the exception's name.
