@@ -12,8 +12,11 @@ its facts should come; the tests hold every gate to its finder on generated text
 
 Patterns favour precision over recall — a ledger full of prose fragments would cost tokens and trust — so a
 constraint needs a deontic cue in an imperative or first/second-person frame ("never push to main", "you
-must use UTC", "我们必须用 UTC", "不要改这个文件"), and idioms such as "I must say", "never mind", "don't
-know", "别人", "只是" are not rules.
+must use UTC", "我们必须用 UTC", "不要改这个文件"), at a sentence's start or in passing, after a comma or a
+conjunction ("fix it, but don't touch the migrations"), and idioms such as "I must say", "never mind",
+"don't know", "别人", "只是" are not rules (an idiom rules out its own cue, not a rule later in the sentence).
+An error line is the failure itself, whole: an exception line or a traceback's last line, a failing test,
+a compiler's or a tool's error, a system message pasted into a line, the message of a result marked failed.
 """
 
 from __future__ import annotations
@@ -78,17 +81,18 @@ ERROR_RE = re.compile(
     r"|(?:error|fatal|panic|FATAL|ERROR|Error)(?:\[\w+\])?:\s"
     r"|(?:Error|ERROR|error)\s[^:\n]{1,50}:\s"                         # "Error fetching result: …"
     r"|FAILED\s|FAIL:\s|ERROR\s+\S+::|--- FAIL:\s|npm ERR!|E:\s"      # test runners' failing tests, npm, apt
-    r"|.*?\S:(?:\d+:)*\s(?:fatal\s)?error:\s"              # "src/a.c:3:1: error: …", "dpkg: error: …"
-    r"|.*?\s\.\.\.\s(?:FAIL|ERROR)$"                                   # unittest -v: "test_x (m.C) ... FAIL"
-    # The C library's and the shell's messages, wherever a line holds them (a user pastes them into a sentence).
-    r"|.*?(?:command not found|No such file or directory|No such device|Permission denied|Segmentation fault)"
+    # Further into the line (one lazy pass tries them all): a compiler's or a tool's "src/a.c:3:1: error: …",
+    # "dpkg: error: …"; unittest -v's "test_x (m.C) ... FAIL"; the C library's and the shell's messages,
+    # wherever a line holds them (a user pastes them into a sentence).
+    r"|.*?(?:\S:(?:\d+:)*\s(?:fatal\s)?error:\s|\s\.\.\.\s(?:FAIL|ERROR)$"
+    r"|command not found|No such file or directory|No such device|Permission denied|Segmentation fault)"
     r")"
 )
 # A Python traceback ends with its exception at the margin, whatever the exception's name.
 _TRACEBACK = "Traceback (most recent call last)"
 _TRACEBACK_SKIP = ("During handling of the above exception", "The above exception was the direct cause")
 # A tool result the platform marked as failed (Claude Code's is_error): its first line says why.
-FAILED_RESULT_MARK = "[error]"
+_FAILED_RESULT_MARK = "[error]"
 
 # A command a chat user types on a line of its own: after a shell prompt ("$ ls -la") or starting with sudo,
 # maybe after the nick it is addressed to ("bob: sudo apt-get install samba"); "sudo is …" is talk about sudo.
@@ -208,8 +212,8 @@ def _errors(text: str) -> Iterator[str]:
     if _ERROR_WORD_RE.search(text) is None:  # the fallback's gate: one scan instead of one per word
         return
     starts: dict[int, str] = {}
-    if text.startswith(FAILED_RESULT_MARK + "\n"):
-        first = len(FAILED_RESULT_MARK) + 1
+    if text.startswith(_FAILED_RESULT_MARK + "\n"):
+        first = len(_FAILED_RESULT_MARK) + 1
         while first < len(text) and text[first] == "\n":
             first += 1
         end = text.find("\n", first)

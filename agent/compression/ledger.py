@@ -52,9 +52,9 @@ LABELS = {"constraint": "rule", "error": "error", "command": "cmd", "path": "pat
 # Short facts of one message and kind share a line, which spares each its "- #57 path: " (a third of a short
 # fact's tokens); the plural label says the text is a list: paths and URLs (none holds a space) separated by
 # a space, which costs no token, identifiers and numbers ("3.5 s", "PR #12") by " · ".
-GROUPED_LABELS = {"path": "paths", "id": "ids", "url": "urls", "number": "nums"}
+_GROUPED_LABELS = {"path": "paths", "id": "ids", "url": "urls", "number": "nums"}
 _SEPARATOR = {"path": " ", "url": " ", "id": " · ", "number": " · "}
-_KIND_OF = {label: kind for kind, label in (*LABELS.items(), *GROUPED_LABELS.items())}
+_KIND_OF = {label: kind for kind, label in (*LABELS.items(), *_GROUPED_LABELS.items())}
 SECTION_OF = {"path": "Relevant Files", "constraint": "Constraints & Preferences"}
 _DEFAULT_SECTION = "Critical Context"
 # First-round share of the cap per kind; rules and errors are few and precious, numbers many and cheap.
@@ -106,7 +106,7 @@ def ledger_lines(facts: Sequence[Fact]) -> list[str]:
             lines.append(ledger_line(fact))
         else:
             texts = _SEPARATOR[fact.kind].join(f.text for f in group)
-            lines.append(f"- #{fact.seq} {GROUPED_LABELS[fact.kind]}: {texts}")
+            lines.append(f"- #{fact.seq} {_GROUPED_LABELS[fact.kind]}: {texts}")
     return lines
 
 
@@ -135,7 +135,7 @@ def parse_ledger(body: str | None) -> list[Fact]:
         if match:
             label, seq = match.group(2), int(match.group(1))
             kind = _KIND_OF[label]
-            texts = match.group(3).split(_SEPARATOR[kind]) if label in GROUPED_LABELS.values() else [match.group(3)]
+            texts = match.group(3).split(_SEPARATOR[kind]) if label in _GROUPED_LABELS.values() else [match.group(3)]
             facts.extend(Fact(kind, text, seq) for text in texts if text)
     return facts
 
@@ -180,7 +180,7 @@ def select_facts(facts: Sequence[Fact], cap_tokens: int, cost: Callable[[str], i
             if joins:
                 prices[index, joins] = cost(_SEPARATOR[fact.kind] + fact.text)
             elif _groupable(fact):
-                prices[index, joins] = cost(f"- #{fact.seq} {GROUPED_LABELS[fact.kind]}: {fact.text}") + 1
+                prices[index, joins] = cost(f"- #{fact.seq} {_GROUPED_LABELS[fact.kind]}: {fact.text}") + 1
             else:
                 prices[index, joins] = cost(ledger_line(fact)) + 1
         return prices[index, joins]
