@@ -12,7 +12,7 @@ from sqlalchemy.exc import OperationalError
 
 from adapters.base import Attachment
 from gateway.app import Gateway, build_runtime
-from gateway.inbox import decode, encode, inbound_key
+from gateway.intake.inbox import decode, encode, inbound_key
 from gateway.store import InboxEntry
 from tests.fakes.llm_server import FakeLLMServer
 from tests.gateway.conftest import GatewayFactory, ScriptedAdapter, answer_by_kind, make_settings
