@@ -53,15 +53,8 @@ from agent.turn import StopReason
 from gateway.conversation.ahead import AheadCompactions
 from gateway.conversation.answers import FAILURE_TEXT, composer
 from gateway.conversation.changes import MessageChanges
-from gateway.conversation.commands import (
-    INTERRUPTED_COMMAND,
-    Command,
-    CommandContext,
-    is_admin,
-    is_operator,
-    run_command,
-    stop_command,
-)
+from gateway.conversation.command_rules import Command, CommandContext, is_admin, is_operator
+from gateway.conversation.commands import INTERRUPTED_COMMAND, run_command, stop_command
 from gateway.conversation.compaction import run_hygiene
 from gateway.conversation.group_context import GroupContext
 from gateway.conversation.observe import GroupObserver

@@ -10,7 +10,7 @@ handed to the agent in front of the next message that addresses it.
 from __future__ import annotations
 
 from adapters.base import Inbound
-from gateway.conversation.commands import Command
+from gateway.conversation.command_rules import Command
 from gateway.conversation.group_context import GroupContext
 from gateway.conversation.observe import GroupObserver
 from gateway.conversation.prompt import speaker_tag
