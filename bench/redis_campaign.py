@@ -42,7 +42,8 @@ from redis.exceptions import RedisError
 
 from bench.cluster import REPO, Cluster, Sent, check_exactly_once
 from bench.scratch_db import scratch_postgres
-from gateway.router import FAILURE_TEXT, QUEUE_FULL
+from gateway.conversation.answers import FAILURE_TEXT
+from gateway.intake.waiting import QUEUE_FULL
 from gateway.store import upgrade_database
 from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.fakes.telegram_server import FakeTelegram, SentMessage

@@ -41,9 +41,9 @@ from agent.memory import FileMemoryProvider, MemoryProvider
 from agent.tokens import get_counter
 from agent.tools.mcp_tools import McpTools
 from gateway.config import Settings, summary_deadline_seconds
-from gateway.conversation.commands import StatusFigures, status_figures
 from gateway.conversation.scheduler import GatewayScheduler, claim_sweep_slot
 from gateway.conversation.session import SessionManager
+from gateway.conversation.status_commands import StatusFigures, status_figures
 from gateway.conversation.sweep import SweepReport, expire_idle, print_sweep_report, sweep
 from gateway.conversation.windows import StoredWindows
 from gateway.delivery.delivery import Deliveries

@@ -1,34 +1,30 @@
-"""The message path (R-G2, R-G4), readable top to bottom:
+"""The message path (R-G2, R-G4), readable top to bottom; on the left, the room each step lives in:
 
-    inbound ─▶ access (ignore / refuse / pairing code) ─▶ session key
-            ─▶ edit or deletion? note it for its message's turn, queue it behind the message (gateway.conversation.changes)
-            ─▶ /stop? cancel the running turn (here, or on the worker running it), stop
-            ─▶ unaddressed group line? observe: batch it into the session (gateway.conversation.observe), stop
-            ─▶ busy mode (interrupt the sender's turn / collect a burst) ─▶ queue depth cap
-            ─▶ arrival ticket ─▶ per-session FIFO ─▶ turn lock (and the ticket's turn)
-            ─▶ handled before? drop (de-dup) ─▶ load session (+ how far the message's handling got)
-            ─▶ a deletion? erase the message everywhere, stop ─▶ a message: its newest edit (deleted: drop)
-            ─▶ an edit: the correction of an answered message (or nothing left to do)
-            ─▶ stored already? drop ─▶ the group's pending lines
-            ─▶ command? run it (one that changes something: at most once) ─▶ store the reply with the mark
-            ─▶ else rate limits / budgets ─▶ hygiene (R-G3)
-            ─▶ agent turn (resumed, if a crashed attempt stored its request)
-            ─▶ persist: its messages, its answer, the message marked handled (one transaction)
-            ─▶ mark the inbound id handled (Redis)
-            ─▶ release lock ─▶ send the reply (or finish the live one) ─▶ mark it sent
+  gateway.policy        inbound ─▶ access (ignore / refuse / pairing code: admission)
+  gateway.intake          ─▶ session key
+  gateway.conversation    ─▶ edit or deletion? note it for its message's turn, queue it behind the message (changes)
+  gateway.intake          ─▶ /stop? cancel the running turn (here, or on the worker running it: busy, stops), stop
+  gateway.conversation    ─▶ unaddressed group line? observe: batch it into the session (observe), stop
+  gateway.intake          ─▶ storage down, the session's held messages at their cap? turn it away (holding)
+                          ─▶ busy mode (interrupt the sender's turn / collect a burst) ─▶ queue depth cap (waiting)
+                          ─▶ arrival ticket ─▶ per-session FIFO ─▶ turn lock (and the ticket's turn)
+                          ─▶ (storage down: held, retried with backoff outside the lock: holding)
+                          ─▶ handled before? drop (de-dup: claims)
+  gateway.conversation    ─▶ load session (+ how far the message's handling got)
+                          ─▶ a deletion? erase the message everywhere, stop ─▶ a message: its newest edit (deleted: drop)
+                          ─▶ an edit: the correction of an answered message (or nothing left to do)
+                          ─▶ stored already? drop ─▶ the group's pending lines (group_context, observe)
+                          ─▶ command? run it (one that changes something: at most once) ─▶ store the reply with the mark
+  gateway.policy          ─▶ else rate limits / budgets (limits)
+  gateway.conversation    ─▶ hygiene (R-G3) ─▶ agent turn (resumed, if a crashed attempt stored its request: turns)
+                          ─▶ persist: its messages, its answer, the message marked handled (one transaction)
+  gateway.intake          ─▶ mark the inbound id handled (Redis: claims)
+  gateway.delivery        ─▶ release lock ─▶ send the reply (or finish the live one: answers) ─▶ mark it sent (delivery)
 
-In groups the bot answers only when mentioned, replied to or commanded (in a free-response chat, always).
-Refusals are quiet in groups and one short line in a DM; a message over a rate limit or budget gets one notice
-saying when it resets, and never reaches the model. Other group lines are stored in the session as they come
-(``gateway.group_history: observe``), or, in ``addressed`` mode, kept tagged with the speaker's name in a
-bounded per-session buffer (``gateway.group_context_limit`` newest lines) and handed to the agent in front of
-the next message that addresses it.
-
-When the database is down, a message that meets the outage is held — it stays first in its session's queue
-and is retried with backoff (outside the turn lock) until storage is back, then answered; the session's later
-messages wait behind it in order. Past ``gateway.held_messages_per_session`` waiting messages, the next ones
-are left to the inbox's recovery when they are kept (the inbox, the spool), and otherwise answered plainly that
-the bot is unavailable, instead of being queued without bound.
+In groups the bot answers only when addressed; other group lines are observed or kept for the next question
+(`gateway.conversation.unaddressed`). Refusals are quiet in groups and one short line in a DM; a message over a
+rate limit or budget gets one notice saying when it resets, and never reaches the model. A message that meets a
+storage outage is held in order until storage is back (`gateway.intake.holding`).
 
 De-duplication happens under the session's turn lock: two deliveries of one message (a Telegram update sent
 to two workers, a redelivery after a restart) belong to one session, so the second waits for the first and
@@ -47,47 +43,42 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections import Counter
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 from adapters.base import Adapter, Inbound, Outbound
 from agent.events import EventSink, Notice
 from agent.memory import Author
-from agent.turn import StopReason, TurnResult
+from agent.turn import StopReason
 from gateway.conversation.ahead import AheadCompactions
+from gateway.conversation.answers import FAILURE_TEXT, composer
 from gateway.conversation.changes import MessageChanges
-from gateway.conversation.commands import (
-    INTERRUPTED_COMMAND,
-    Command,
-    CommandContext,
-    is_admin,
-    is_operator,
-    run_command,
-    stop_command,
-)
+from gateway.conversation.command_rules import Command, CommandContext, is_admin, is_operator
+from gateway.conversation.commands import INTERRUPTED_COMMAND, run_command, stop_command
 from gateway.conversation.compaction import run_hygiene
 from gateway.conversation.group_context import GroupContext
 from gateway.conversation.observe import GroupObserver
-from gateway.conversation.prompt import speaker_tag
 from gateway.conversation.quotes import quotes
 from gateway.conversation.session import LiveSession, SessionManager
 from gateway.conversation.turns import TurnAnswer, agent_turn
-from gateway.conversation.user_messages import observed_line, request_message
+from gateway.conversation.unaddressed import UnaddressedLines, addressed_in_group
+from gateway.conversation.user_messages import request_message
 from gateway.delivery.delivery import Deliveries, MarkedAnswer
 from gateway.delivery.replies import cap_reply
 from gateway.intake.arrivals import Turn
-from gateway.intake.busy import Batch, RunningTurn, RunningTurns
-from gateway.intake.durability import backoff_delay, is_storage_outage
+from gateway.intake.busy import Batch, RunningTurns
+from gateway.intake.durability import is_storage_outage
+from gateway.intake.holding import turned_away, until_handled
 from gateway.intake.inbox import Inbox, inbound_key, message_key
 from gateway.intake.keys import Scope, SessionKey, session_key
 from gateway.intake.queues import QueueClosed, SessionQueues
+from gateway.intake.waiting import Waiting
 from gateway.ops.faults import crash_point
 from gateway.ops.logsetup import bind_log_session, log_context
 from gateway.ops.logthrottle import LogThrottle, describe_cause
 from gateway.ops.metrics import fan_out
-from gateway.policy.access import AccessPolicy, Verdict, user_ref
+from gateway.policy.access import AccessPolicy, user_ref
+from gateway.policy.admission import admitted
 from gateway.policy.limits import RateLimiter, summaries_charged_to
 from gateway.policy.pairing import Pairing
 
@@ -95,24 +86,11 @@ __all__ = ["Router"]
 
 log = logging.getLogger(__name__)
 
-FAILURE_TEXT = "⚠️ Something went wrong while handling your message. Please try again."
-EMPTY_ANSWER = "(The model returned an empty answer.)"
-INTERRUPTED_TEXT = "⚠️ I was interrupted (the bot is restarting) before I could answer. Ask me to continue."
-REFUSED_DM = "Sorry, this bot is not available to you."
-PAIRING_TEXT = ("This bot answers people an admin approved. Your pairing code is {code}: "
-                "ask an admin to send /approve {code}.")
-QUEUE_FULL = "⏳ {waiting} messages are already waiting here; send this again once they are answered."
-STOPPED_TEXT = "⏹️ Stopped."
-INTERRUPTED_BY_NEW_TEXT = "⏹️ Interrupted by a newer message."
-# How soon a worker holding a later ticket of a session asks again for the turn.
-TURN_POLL_S = 0.02
 # What the chain ends with: a text still to be stored in the ledger, or a turn's answer stored with the turn.
 Reply = str | tuple[Outbound, int | None]
 # A queued message: what to handle, where it came from, and its arrival ticket (None: taken over from a stopped
 # worker, it rejoins at the ticket being served when its turn in the lane comes).
 Queued = tuple[Inbound | Batch, Adapter, Turn | None]
-UNAVAILABLE_TEXT = ("⚠️ I'm unavailable right now (my storage is down) and cannot keep more messages. "
-                    "Please send this again in a few minutes.")
 
 
 class Router:
@@ -129,25 +107,22 @@ class Router:
         self.context = GroupContext(self.settings.gateway.group_context_limit)
         self.deliveries = deliveries or Deliveries.for_runtime(rt)
         self.inbox = inbox or Inbox.for_runtime(rt)
-        self._queues: SessionQueues[SessionKey, Queued] = \
-            SessionQueues(self._process_logged)
+        self._queues: SessionQueues[SessionKey, Queued] = SessionQueues(self._process_logged)
         # Messages taken over from a stopped worker queue in lanes of their own: a later message of the session
         # queued here first may be waiting for the very ticket one of them holds (`ArrivalOrder.rejoin`).
-        self._rejoined: SessionQueues[SessionKey, Queued] = \
-            SessionQueues(self._process_logged)
+        self._rejoined: SessionQueues[SessionKey, Queued] = SessionQueues(self._process_logged)
         self.metrics.instruments.watch_queue(lambda: self._queues.depth + self._rejoined.depth)
         self.access = AccessPolicy.from_settings(self.settings)
         self.limiter = RateLimiter(self.settings.limits, rt.limits, rt.clock)
         self.pairing = (Pairing(rt.store.chat_settings, timedelta(minutes=self.settings.gateway.pairing_code_minutes),
                                 rt.clock) if self.settings.gateway.dm_policy == "pairing" else None)
-        # Addressed messages waiting per session (``limits.session_queue_depth``); entries leave at zero.
-        self._waiting: Counter[SessionKey] = Counter()
+        self.waiting = Waiting(self._enqueue, lambda: self.settings.limits.session_queue_depth)
         self.running = RunningTurns(rt.stops)
         self.observing = self.settings.gateway.group_history == "observe"
         self.observer = GroupObserver(sessions)
-        self._batches: dict[tuple[SessionKey, str], Batch] = {}
         self._failures = LogThrottle(log)
         self.changes = MessageChanges(sessions, self.observer, self.context, observing=self.observing)
+        self.unaddressed = UnaddressedLines(self.observer, self.context, self.inbox, observing=self.observing)
         self.ahead = AheadCompactions(sessions, self.events)
 
     async def handle(self, inbound: Inbound, adapter: Adapter) -> None:
@@ -173,7 +148,7 @@ class Router:
                 self.changes.revisions.note(inbound)
                 await self._enqueue(await self.changes.session_of(inbound, self._scope(inbound)), inbound, adapter)
             return
-        if not await self._admitted(inbound, adapter, admin, quiet=inbound.kind == "edit"):
+        if not await admitted(self.access, self.pairing, inbound, adapter, admin, quiet=inbound.kind == "edit"):
             return
         if inbound.chat_type != "dm" and not inbound.mentions_bot and self.access.free_response(inbound):
             inbound = dataclasses.replace(inbound, mentions_bot=True)
@@ -190,27 +165,13 @@ class Router:
             if reply:
                 await adapter.send(inbound, reply)
             return
-        addressed = _addressed_anywhere(inbound)
+        addressed = inbound.addressed
         if not addressed and self.observing and key.is_group:
-            # Batched, no lock per line; stored once, with its handled mark, by whichever write comes first. Done
-            # only once stored: until then the inbox (or the platform) still holds it.
-            stored = self.observer.add(key, observed_line(inbound), inbound.user_id, self.inbox.marker(inbound, key))
-            crash_point("observed-queued")
-            await stored
-            self.inbox.release(inbound)
+            await self.unaddressed.observe(key, inbound)
             return
-        storage = self.sessions.rt.storage
-        if storage.down and self._queues.pending(key) >= self.settings.gateway.held_messages_per_session:
-            if self.inbox.holds(inbound):
-                # Kept on disk already (inbox or spool): not held in memory too; the recovery hands it on again.
-                storage.throttle.warning("hold-full", "storage unavailable and %d messages already held for %s: "
-                                         "more are left to the inbox's recovery", self._queues.pending(key), key)
-                self.inbox.release(inbound)
-                return
-            storage.throttle.warning("hold-full", "storage unavailable and %d messages already held for %s: "
-                                     "answering that the bot is unavailable", self._queues.pending(key), key)
-            if addressed:
-                await adapter.send(inbound, UNAVAILABLE_TEXT)
+        if await turned_away(self.sessions.rt.storage, self.inbox, key, inbound, adapter,
+                             held=lambda: self._queues.pending(key),
+                             limit=self.settings.gateway.held_messages_per_session, addressed=addressed):
             return
         if not addressed:
             await self._enqueue(key, inbound, adapter)
@@ -221,45 +182,9 @@ class Router:
             if running is not None and running.user_id == inbound.user_id:
                 running.stop("interrupt")
         if mode == "collect" and command is None:
-            await self._collect(key, inbound, adapter, admin)
+            await self.waiting.collect(key, inbound, adapter, admin)
             return
-        await self._submit(key, inbound, adapter, admin)
-
-    async def _collect(self, key: SessionKey, inbound: Inbound, adapter: Adapter, admin: bool) -> None:
-        """``collect``: join the sender's batch still waiting in this session, or start one."""
-        slot = (key, inbound.user_id)
-        batch = self._batches.get(slot)
-        if batch is not None and not batch.started:
-            batch.add(inbound)
-            await batch.finished.wait()
-            return
-        batch = self._batches[slot] = Batch(inbound)
-        try:
-            await self._submit(key, batch, adapter, admin)
-        finally:
-            batch.finished.set()
-            if self._batches.get(slot) is batch:
-                del self._batches[slot]
-
-    async def _submit(self, key: SessionKey, item: Inbound | Batch, adapter: Adapter, admin: bool) -> None:
-        """Queue an addressed message, unless ``limits.session_queue_depth`` are waiting already (admins and the
-        console are exempt): then the sender is told, and nothing is queued."""
-        if admin or key.platform == "console":
-            await self._enqueue(key, item, adapter)
-            return
-        if self._waiting[key] >= self.settings.limits.session_queue_depth:
-            inbound = item.first if isinstance(item, Batch) else item
-            if isinstance(item, Batch):
-                item.started = True  # refused: a message sent meanwhile starts a batch of its own
-            await adapter.send(inbound, QUEUE_FULL.format(waiting=self._waiting[key]))
-            return
-        self._waiting[key] += 1
-        try:
-            await self._enqueue(key, item, adapter)
-        finally:
-            self._waiting[key] -= 1
-            if self._waiting[key] <= 0:
-                del self._waiting[key]
+        await self.waiting.submit(key, inbound, adapter, admin)
 
     async def _enqueue(self, key: SessionKey, item: Inbound | Batch, adapter: Adapter) -> None:
         """Draw the arrival ticket, then queue ``item`` behind the session's earlier messages in this worker; a
@@ -272,40 +197,8 @@ class Router:
         turn = await arrivals.arrive(str(key))
         await self._queues.submit(key, (item, adapter, turn))
 
-    async def _admitted(self, inbound: Inbound, adapter: Adapter, admin: bool, *, quiet: bool = False) -> bool:
-        """Apply the access policy: True to go on; otherwise the refusal (if any is due, and not ``quiet``)
-        was sent."""
-        approved = (self.pairing is not None and inbound.chat_type == "dm" and not admin
-                    and await self.pairing.is_approved(user_ref(inbound)))
-        verdict = self.access.decide(inbound, admin=admin, approved=approved)
-        if verdict is Verdict.ALLOW:
-            return True
-        log.info("access: %s from %s in %s:%s (%s)", verdict, user_ref(inbound), inbound.platform, inbound.chat_id,
-                 inbound.chat_type)
-        if inbound.chat_type == "dm" and not quiet:
-            if verdict is Verdict.PAIR and self.pairing is not None:
-                await adapter.send(inbound, PAIRING_TEXT.format(code=await self.pairing.code_for(user_ref(inbound))))
-            elif verdict is Verdict.REFUSE:
-                await adapter.send(inbound, REFUSED_DM)
-        return False
-
     def _scope(self, inbound: Inbound) -> Scope:
         return self.settings.gateway.scope_for(inbound.platform)
-
-    def cancel(self, inbound: Inbound) -> bool:
-        """Stop the turn running in ``inbound``'s session, as /stop does (the console's Ctrl-C); False when none
-        runs. Messages queued behind it are still answered."""
-        running = self.running.get(session_key(inbound, self.settings.gateway.scope_for(inbound.platform)))
-        if running is None or running.stopped is not None:
-            return False
-        running.stop("stop")
-        return True
-
-    async def aclose(self, grace_seconds: float = 30.0) -> None:
-        """Stop taking messages and let queued ones finish (graceful shutdown); store every observed line."""
-        await asyncio.gather(self._queues.aclose(grace_seconds), self._rejoined.aclose(grace_seconds))
-        await self.ahead.aclose()
-        await self.observer.aclose()
 
     async def _process_logged(self, key: SessionKey, item: Queued) -> None:
         # Every line logged while this message is handled names its session and platform.
@@ -318,28 +211,11 @@ class Router:
             turn = await self.sessions.rt.arrivals.rejoin(str(key))
         inbound = await queued.take(self.settings.gateway.collect_window_seconds) if isinstance(queued, Batch) \
             else queued
-        storage = self.sessions.rt.storage
         asked = time.perf_counter()
-        attempt = 0
-        while True:
-            try:
-                pending = await self._try_turn(key, inbound, adapter, turn, asked)
-            except Exception as exc:
-                if not is_storage_outage(exc):
-                    raise
-                # Held: the lock is released while storage is down. The lane still holds this message, so it
-                # counts itself.
-                storage.failed(exc, f"message {inbound.message_id} in {key} held "
-                                    f"({self._queues.pending(key)} held for the session)")
-                await asyncio.sleep(backoff_delay(attempt))
-                attempt += 1
-                continue
-            if pending is None:
-                await asyncio.sleep(TURN_POLL_S)  # an earlier message of this session is at another worker
-                continue
-            if attempt:
-                storage.succeeded()
-            break
+        # Held, while storage is down, with the lock released. The lane still holds this message, so it counts itself.
+        pending = await until_handled(
+            self.sessions.rt.storage, lambda: self._try_turn(key, inbound, adapter, turn, asked),
+            held=lambda: f"message {inbound.message_id} in {key} held ({self._queues.pending(key)} held for the session)")
         for out, delivery_id in pending:
             await self.deliveries.send(adapter, out, delivery_id)
         live = self.sessions.cached(key)
@@ -408,21 +284,6 @@ class Router:
         await self.inbox.answer(inbound, answer, live.id if live else None)
         return (answer.out, answer.delivery_id) if answer.out is not None else None
 
-    def _composer(self, inbound: Inbound, running: RunningTurn,
-                  live: LiveSession) -> Callable[[TurnResult], Outbound | None]:
-        """The answer a turn of ``inbound`` ends with, cut like any reply (None: nothing more to send); when
-        another model answered in the chat's model's place, the answer says so once per fallback episode."""
-
-        def compose(result: TurnResult) -> Outbound | None:
-            text = _answer_text(result, running)
-            if not text:
-                return None
-            text = cap_reply(text, self.settings.gateway.max_reply_chars)
-            notice = live.models.take_notice() if live.models is not None else None
-            return Outbound.to(inbound, f"{text}\n\n{notice}" if notice else text)
-
-        return compose
-
     async def _chain(self, key: SessionKey, inbound: Inbound, adapter: Adapter) -> list[Reply]:
         if inbound.kind == "delete":
             await self.changes.erase(key, inbound)
@@ -432,13 +293,8 @@ class Router:
             return []
         inbound, lead = revised
         command = Command.of(inbound)
-        if key.is_group and not _addressed(inbound, command):
-            if self.observing:  # under the lock already: stored, with its mark, now
-                self.observer.add(key, observed_line(inbound, lead), inbound.user_id, self.inbox.marker(inbound, key))
-                await self.observer.flush_locked(key)
-                self.inbox.release(inbound)
-            else:
-                self.context.add(key, speaker_tag(inbound.user_name, lead + inbound.text))
+        if key.is_group and not addressed_in_group(inbound, command):
+            await self.unaddressed.keep(key, inbound, lead)
             return []
         # One read: the session, the chat's pins, and how far this message's handling got (stored already?).
         live, handling = await self.sessions.open_for_message(key, inbound.user_id, inbound_key(inbound))
@@ -482,7 +338,8 @@ class Router:
         stream = adapter.live_reply(inbound)
         async with self.running.track(key, inbound) as running:
             answer = TurnAnswer(self.inbox.marker(inbound, key), self.deliveries,
-                                compose=self._composer(inbound, running, live), progress=handling.progress)
+                                compose=composer(inbound, running, live, self.settings.gateway.max_reply_chars),
+                                progress=handling.progress)
             # An earlier attempt that died after a compaction stored the request: the turn resumes from it.
             request = None if handling.progress else self._user_message(key, live, inbound, lead)
             if request is None:
@@ -516,25 +373,17 @@ class Router:
         note, live.pending_note = live.pending_note, None
         return request_message(inbound, group=key.is_group, earlier=earlier, note=note, lead=lead)
 
+    def cancel(self, inbound: Inbound) -> bool:
+        """Stop the turn running in ``inbound``'s session, as /stop does (the console's Ctrl-C); False when none
+        runs. Messages queued behind it are still answered."""
+        running = self.running.get(session_key(inbound, self.settings.gateway.scope_for(inbound.platform)))
+        if running is None or running.stopped is not None:
+            return False
+        running.stop("stop")
+        return True
 
-def _answer_text(result: TurnResult, running: RunningTurn) -> str | None:
-    """What the chat is shown when a turn ends (None: nothing more, the loop already sent its error)."""
-    if result.stop_reason is StopReason.ERROR:
-        return None
-    if result.stop_reason is not StopReason.CANCELLED:
-        return result.text or EMPTY_ANSWER
-    # Cut off: keep what was streamed, saying why it stops there.
-    why = {"stop": STOPPED_TEXT, "interrupt": INTERRUPTED_BY_NEW_TEXT}.get(
-        running.stopped or "", INTERRUPTED_TEXT)  # no cause of ours: shutdown
-    return f"{result.text}\n\n{why}" if result.text else why
-
-
-def _addressed_anywhere(inbound: Inbound) -> bool:
-    """Whether ``inbound`` asks something of the bot (any command counts: in a DM even an unknown one is
-    answered), before the session is known."""
-    return inbound.chat_type == "dm" or inbound.mentions_bot or inbound.reply_to_bot or inbound.is_command
-
-
-def _addressed(inbound: Inbound, command: Command | None) -> bool:
-    """In a group: a mention, a reply to the bot, or one of our commands (another bot's /cmd is chatter)."""
-    return inbound.mentions_bot or inbound.reply_to_bot or (command is not None and command.known)
+    async def aclose(self, grace_seconds: float = 30.0) -> None:
+        """Stop taking messages and let queued ones finish (graceful shutdown); store every observed line."""
+        await asyncio.gather(self._queues.aclose(grace_seconds), self._rejoined.aclose(grace_seconds))
+        await self.ahead.aclose()
+        await self.observer.aclose()

@@ -71,7 +71,7 @@ def _shown(args: argparse.Namespace, value: Any) -> Any:
 
 async def _show(store: Store, args: argparse.Namespace) -> int:
     from gateway.app import session_status
-    from gateway.conversation.commands import format_status
+    from gateway.conversation.status_commands import format_status
 
     s = await store.sessions.require(args.id)
     for key, value in [("id", s.id), ("platform", s.platform), ("chat", s.chat_key), ("title", s.title),

@@ -53,7 +53,7 @@ TURN_WINDOW = 1_000
 # Distinct model names kept as labels; a server answering with ever-new model strings shares "other".
 MAX_MODEL_LABELS = 16
 
-# Stored compaction reasons (gateway.conversation.hygiene, gateway.conversation.commands, the loop's triggers) → the kinds /stats shows.
+# Stored compaction reasons (gateway.conversation.hygiene, gateway.conversation.session_commands, the loop's triggers) → the kinds /stats shows.
 _KINDS: dict[str, str] = {
     "hygiene: tokens": "hygiene: tokens",
     "hygiene: message count": "hygiene: messages",

@@ -13,7 +13,7 @@ import pytest
 from adapters.base import ChatRef, Inbound
 from adapters.discord_adapter import DiscordAdapter, DiscordSettings
 from adapters.discord_slash import PendingInteractions
-from gateway.conversation.commands import COMMANDS
+from gateway.conversation.command_rules import COMMANDS
 from tests.adapters.test_split import _fence_lines_balanced
 from tests.fakes.discord_server import ADMIN_ROLE_ID, CHANNEL_ID, DM_CHANNEL_ID, THREAD_ID, FakeDiscord
 from tests.fakes.inbox import Inbox

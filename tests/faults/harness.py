@@ -29,7 +29,8 @@ from typing import Any
 
 from sqlalchemy import select
 
-from gateway.router import FAILURE_TEXT, UNAVAILABLE_TEXT
+from gateway.conversation.answers import FAILURE_TEXT
+from gateway.intake.holding import UNAVAILABLE_TEXT
 from gateway.store.database import create_engine
 from gateway.store.models import MessageRow, SessionRow
 from tests.fakes.llm_server import FakeLLMServer, Reply

@@ -11,8 +11,8 @@ import pytest
 from adapters.base import Inbound
 from gateway.config import ConfigError, load_settings
 from gateway.policy.access import AccessPolicy, Verdict
+from gateway.policy.admission import PAIRING_TEXT, REFUSED_DM
 from gateway.policy.pairing import Pairing
-from gateway.router import PAIRING_TEXT, REFUSED_DM
 from gateway.store import Store
 from tests.fakes.llm_server import FakeLLMServer
 from tests.gateway.conftest import GatewayFactory

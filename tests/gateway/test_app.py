@@ -12,7 +12,7 @@ import pytest
 
 from gateway.app import EXIT_NOT_CONFIGURED, build_adapters, run_gateway
 from gateway.config import load_settings
-from gateway.router import INTERRUPTED_TEXT
+from gateway.conversation.answers import INTERRUPTED_TEXT
 from gateway.store import Store
 from tests.conftest import REPO_ROOT
 from tests.fakes.llm_server import FakeLLMServer, Reply

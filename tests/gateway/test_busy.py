@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 
 from agent.turn import INTERRUPTED_MARK
+from gateway.conversation.answers import INTERRUPTED_BY_NEW_TEXT, STOPPED_TEXT
 from gateway.conversation.commands import NOT_YOURS, NOTHING_TO_STOP
-from gateway.router import INTERRUPTED_BY_NEW_TEXT, STOPPED_TEXT
 from tests.fakes.llm_server import FakeLLMServer
 from tests.fakes.llm_wire import Reply
 from tests.gateway.conftest import GatewayFactory, ScriptedAdapter

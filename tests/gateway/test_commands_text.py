@@ -6,15 +6,10 @@ from datetime import UTC, datetime
 
 from adapters.base import Inbound
 from agent.compression.engine import CompressionResult
-from gateway.conversation.commands import (
-    NOTHING_TO_COMPRESS,
-    Command,
-    StatusFigures,
-    format_compress_result,
-    format_help,
-    format_status,
-    is_admin,
-)
+from gateway.conversation.command_rules import Command, is_admin
+from gateway.conversation.commands import format_help
+from gateway.conversation.session_commands import NOTHING_TO_COMPRESS, format_compress_result
+from gateway.conversation.status_commands import StatusFigures, format_status
 
 
 def _inbound(**kw: object) -> Inbound:

@@ -8,10 +8,10 @@ from typing import Any
 
 from adapters.base import Attachment
 from agent.compression.engine import CompressionResult, ContextEngine
+from gateway.conversation.answers import FAILURE_TEXT
 from gateway.conversation.engine_state import export_engine_state, restore_engine_state
 from gateway.conversation.group_context import GroupContext
 from gateway.intake.keys import SessionKey
-from gateway.router import FAILURE_TEXT
 from gateway.store import CompactionInfo, EngineState
 from tests.fakes.llm_server import FakeLLMServer
 from tests.gateway.conftest import GatewayFactory

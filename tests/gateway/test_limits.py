@@ -13,9 +13,9 @@ import pytest
 from adapters.base import Inbound
 from gateway.app import Gateway, build_runtime
 from gateway.config import LimitsSettings
+from gateway.intake.waiting import QUEUE_FULL
 from gateway.policy.limit_backends import Bucket, InProcessLimits, LimitBackend, RedisLimits
 from gateway.policy.limits import RateLimiter, format_duration
-from gateway.router import QUEUE_FULL
 from tests.fakes.llm_server import FakeLLMServer
 from tests.fakes.llm_wire import Reply
 from tests.gateway.conftest import GatewayFactory, ScriptedAdapter, make_settings

@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy.exc import OperationalError
 
-from gateway.router import UNAVAILABLE_TEXT
+from gateway.intake.holding import UNAVAILABLE_TEXT
 from gateway.store import Store
 from tests.fakes.llm_server import FakeLLMServer
 from tests.gateway.conftest import SUMMARY_MARKER, GatewayFactory, answer_by_kind, bulk_session, chatter

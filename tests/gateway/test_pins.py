@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.conversation.commands import status_figures
 from gateway.conversation.pins import PINS_HEADER
+from gateway.conversation.status_commands import status_figures
 from gateway.intake.keys import SessionKey
 from tests.fakes.llm_server import FakeLLMServer
 from tests.gateway.conftest import (

@@ -7,7 +7,7 @@ import pytest
 
 from adapters.base import Inbound, storable_text
 from agent.storable import storable
-from gateway.conversation.commands import StatusFigures, format_status
+from gateway.conversation.status_commands import StatusFigures, format_status
 from gateway.delivery.replies import cap_reply
 
 

@@ -12,11 +12,11 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.app import Gateway, build_runtime
+from gateway.conversation.answers import STOPPED_TEXT
 from gateway.conversation.commands import NOT_YOURS, NOTHING_TO_STOP
 from gateway.intake.busy import RunningTurn, StopOutcome
 from gateway.intake.locks import fail_fast_client
 from gateway.intake.stops import ANSWER_WAIT_S, RedisStops
-from gateway.router import STOPPED_TEXT
 from tests.fakes.llm_server import FakeLLMServer
 from tests.gateway.conftest import ScriptedAdapter, make_settings
 

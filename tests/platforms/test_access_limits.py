@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.router import PAIRING_TEXT, REFUSED_DM
+from gateway.policy.admission import PAIRING_TEXT, REFUSED_DM
 from tests.fakes.discord_server import ADMIN_ROLE_ID, BOT_ID, CHANNEL_ID, DM_CHANNEL_ID, GUILD_ID
 from tests.platforms.conftest import TELEGRAM_ADMIN, PlatformsFactory, until
 

@@ -3,7 +3,8 @@ with Telegram served alongside: the answers arrive as interaction responses, adm
 
 from __future__ import annotations
 
-from gateway.conversation.commands import COMMANDS, REFUSAL
+from gateway.conversation.command_rules import COMMANDS
+from gateway.conversation.commands import REFUSAL
 from tests.fakes.discord_server import CHANNEL_ID
 from tests.gateway.conftest import SUMMARY_MARKER, answer_by_kind, chatter
 from tests.platforms.conftest import DISCORD_ADMIN, PlatformsFactory, until

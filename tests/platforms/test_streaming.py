@@ -9,7 +9,7 @@ import itertools
 
 from adapters.split import split_message
 from agent.turn import INTERRUPTED_MARK
-from gateway.router import STOPPED_TEXT
+from gateway.conversation.answers import STOPPED_TEXT
 from tests.fakes.discord_server import BOT_ID, CHANNEL_ID
 from tests.platforms.conftest import Platforms, PlatformsFactory, until
 

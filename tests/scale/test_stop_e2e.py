@@ -9,7 +9,7 @@ import asyncio
 import time
 
 from agent.turn import INTERRUPTED_MARK
-from gateway.router import STOPPED_TEXT
+from gateway.conversation.answers import STOPPED_TEXT
 from gateway.store import Store
 from tests.fakes.llm_server import FakeLLMServer
 from tests.fakes.telegram_server import FakeTelegram
