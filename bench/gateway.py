@@ -43,7 +43,8 @@ from sqlalchemy import insert
 from adapters.base import Adapter, ChatRef, Inbound, InboundHandler
 from agent.llm.base import Completion, Provider, Usage
 from bench.scratch_db import scratch_postgres
-from gateway.app import Gateway, build_runtime
+from gateway.app import Gateway
+from gateway.app.runtime_parts import build_runtime
 from gateway.config import load_settings
 from gateway.conversation.sweep import sweep
 from gateway.intake.locks import InProcessLocks, LockBackend, RedisLocks

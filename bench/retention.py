@@ -123,7 +123,7 @@ async def run(windows: Sequence[float], provider_factory: Callable[[], Provider]
 
 
 def _configured_summary_provider() -> Provider:
-    from gateway.app import summary_provider_for
+    from gateway.app.providers import summary_provider_for
     from gateway.config import load_settings
 
     settings = load_settings()

@@ -51,7 +51,8 @@ from adapters.base import ChatRef, Inbound
 from bench._window_server import Call, WindowServer
 from bench.corpus import corpus_dir, load_claude_code, load_irc, load_locomo, load_miniswe
 from bench.gateway import SilentAdapter
-from gateway.app import Gateway, build_runtime
+from gateway.app import Gateway
+from gateway.app.runtime_parts import build_runtime
 from gateway.config import load_settings
 
 __all__ = ["Figures", "main", "replay"]

@@ -111,7 +111,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from gateway.app import SweepSlotTaken, print_sweep_report, run_sweep
+    from gateway.app.maintenance import SweepSlotTaken, run_sweep
+    from gateway.conversation.sweep import print_sweep_report
 
     settings = load_settings()
     _configure_logging(settings)
@@ -134,7 +135,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 def _cmd_compress(args: argparse.Namespace) -> int:
     from agent.compression.cli import run_compress_command
-    from gateway.app import resolve_windows, summary_provider_for
+    from gateway.app.providers import resolve_windows, summary_provider_for
 
     def summary_provider() -> Provider:
         settings = load_settings()

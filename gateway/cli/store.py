@@ -70,7 +70,7 @@ def _shown(args: argparse.Namespace, value: Any) -> Any:
 
 
 async def _show(store: Store, args: argparse.Namespace) -> int:
-    from gateway.app import session_status
+    from gateway.app.maintenance import session_status
     from gateway.conversation.status_commands import format_status
 
     s = await store.sessions.require(args.id)

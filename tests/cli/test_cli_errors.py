@@ -202,7 +202,7 @@ def test_json_lists_are_accepted_beside_comma_lists(monkeypatch: pytest.MonkeyPa
 
 
 def test_adapter_readme_settings_exist_and_reach_the_adapters(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gateway.app import build_adapters
+    from gateway.app.platforms import build_adapters
     from gateway.config import load_settings
 
     settings = load_settings(

@@ -15,7 +15,8 @@ import pytest
 from adapters.base import Adapter, ChatRef, Inbound, InboundHandler
 from agent.compression.summary import SUMMARIZER_SYSTEM
 from bench.scratch_db import scratch_postgres
-from gateway.app import Gateway, build_runtime
+from gateway.app import Gateway
+from gateway.app.runtime_parts import build_runtime
 from gateway.config import Settings, load_settings
 from tests.fakes.llm_fixture import fake_llm  # noqa: F401
 from tests.fakes.llm_server import FakeLLMServer

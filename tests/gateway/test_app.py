@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.app import EXIT_NOT_CONFIGURED, build_adapters, run_gateway
+from gateway.app import EXIT_NOT_CONFIGURED, run_gateway
+from gateway.app.platforms import build_adapters
 from gateway.config import load_settings
 from gateway.conversation.answers import INTERRUPTED_TEXT
 from gateway.store import Store

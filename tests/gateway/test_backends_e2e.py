@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from bench.scratch_db import scratch_postgres
-from gateway.app import Gateway, SweepSlotTaken, build_runtime, run_sweep
+from gateway.app import Gateway
+from gateway.app.maintenance import SweepSlotTaken, run_sweep
+from gateway.app.runtime_parts import build_runtime
 from gateway.intake.locks import RedisLocks
 from gateway.store import Store
 from tests.fakes.llm_server import FakeLLMServer, Reply

@@ -11,7 +11,8 @@ from prompt_toolkit.output import DummyOutput
 
 from adapters.console import ConsoleAdapter
 from adapters.console_prompt import ConsolePrompt
-from gateway.app import Gateway, build_runtime
+from gateway.app import Gateway
+from gateway.app.runtime_parts import build_runtime
 from gateway.conversation.answers import STOPPED_TEXT
 from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.gateway.conftest import make_settings

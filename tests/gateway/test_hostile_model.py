@@ -15,7 +15,8 @@ import pytest
 from agent.compression.summary import SUMMARIZER_SYSTEM
 from agent.tokens import get_counter
 from bench.scratch_db import scratch_postgres
-from gateway.app import Gateway, build_runtime
+from gateway.app import Gateway
+from gateway.app.runtime_parts import build_runtime
 from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.gateway.conftest import GatewayFactory, ScriptedAdapter, is_summary_request, make_settings
 

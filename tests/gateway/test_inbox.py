@@ -11,7 +11,8 @@ from pathlib import Path
 from sqlalchemy.exc import OperationalError
 
 from adapters.base import Attachment
-from gateway.app import Gateway, build_runtime
+from gateway.app import Gateway
+from gateway.app.runtime_parts import build_runtime
 from gateway.intake.inbox import decode, encode, inbound_key
 from gateway.store import InboxEntry
 from tests.fakes.llm_server import FakeLLMServer

@@ -11,7 +11,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from adapters.base import Inbound
-from gateway.app import Gateway, build_runtime
+from gateway.app import Gateway
+from gateway.app.runtime_parts import build_runtime
 from gateway.config import LimitsSettings
 from gateway.intake.waiting import QUEUE_FULL
 from gateway.policy.limit_backends import Bucket, InProcessLimits, LimitBackend, RedisLimits

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gateway.app import main_provider_for, summary_provider_for
+from gateway.app.providers import main_provider_for, summary_provider_for
 from gateway.config import Settings, load_settings
 from tests.fakes.llm_server import FakeLLMServer
 

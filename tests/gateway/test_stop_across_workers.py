@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from gateway.app import Gateway, build_runtime
+from gateway.app import Gateway
+from gateway.app.runtime_parts import build_runtime
 from gateway.conversation.answers import STOPPED_TEXT
 from gateway.conversation.commands import NOT_YOURS, NOTHING_TO_STOP
 from gateway.intake.busy import RunningTurn, StopOutcome

@@ -8,7 +8,7 @@ import statistics
 from typing import Any
 
 from agent.llm.window import LEARNED_OVERFLOW, LEARNED_TRUNCATION, window_key
-from gateway.app import build_runtime
+from gateway.app.runtime_parts import build_runtime
 from gateway.conversation.windows import StoredWindows
 from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.gateway.conftest import GatewayFactory, is_summary_request, make_settings

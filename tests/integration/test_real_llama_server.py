@@ -137,7 +137,7 @@ async def test_the_window_the_server_really_serves_is_found(llama_url: str) -> N
 
 async def test_the_gateway_starts_with_the_window_the_server_serves(llama_url: str, tmp_path: Path) -> None:
     # No llm.context_length and a model name no table knows: without asking, Concord would assume 128,000.
-    from gateway.app import build_runtime
+    from gateway.app.runtime_parts import build_runtime
     from gateway.config import load_settings
 
     settings = load_settings(llm={"base_url": llama_url, "model": "local"}, storage={"data_dir": str(tmp_path)},

@@ -16,7 +16,9 @@ from typing import Any
 
 import pytest
 
-from gateway.app import Gateway, build_adapters, build_runtime
+from gateway.app import Gateway
+from gateway.app.platforms import build_adapters
+from gateway.app.runtime_parts import build_runtime
 from tests.fakes.discord_fixture import fake_discord  # noqa: F401
 from tests.fakes.discord_server import ADMIN_ROLE_ID, FakeDiscord
 from tests.fakes.llm_fixture import fake_llm  # noqa: F401
