@@ -1,7 +1,8 @@
 """`ContextCompressor`: the built-in context engine — prune, cut, summarize, assemble (R-C0…R-C10).
 
-The stages are pure functions in their own modules; this class owns the per-conversation state
-(`CompressorState`) and the order of the pipeline:
+The stages are pure functions in their own modules, and so is a compaction's bookkeeping (`accounting`); the
+window and its budgets (`compressor_window`) and the read-outs of the state (`state_view`) are mixins. This
+class owns the per-conversation state (`CompressorState`), the ContextEngine hooks and the order of the pipeline:
 
     plan (clip, guard R-C0, prune R-C1, boundaries R-C2, summary budget — at the escalation level)
         → summary (R-C3/4, R-C8; in parts when the middle is larger than the summary window) → shorten
@@ -32,49 +33,38 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from agent.compression.assemble import AssemblyResult, assemble, sanitize_tool_pairs, strip_historical_media
+from agent.compression.accounting import assemble_counted, helped, input_counts, kept_counts, middle_ledger
+from agent.compression.assemble import sanitize_tool_pairs, strip_historical_media
 from agent.compression.boundaries import Boundaries
 from agent.compression.clip import ClipResult
+from agent.compression.compressor_window import CompressorWindow
 from agent.compression.engine import CompressionResult, ContextEngine
-from agent.compression.escalation import STILL_FULL_SHARE
 from agent.compression.evidence import remember_facts
 from agent.compression.fallback import build_static_summary
-from agent.compression.feasibility import SummaryModelTooSmall, feasible_threshold
-from agent.compression.ledger import Ledger, build_ledger, ledger_cap
-from agent.compression.plan import CompactionPlan, PlanSettings, select_plan
+from agent.compression.feasibility import SummaryModelTooSmall
+from agent.compression.plan import CompactionPlan, select_plan
 from agent.compression.prune import PruneResult
 from agent.compression.shorten import shorten_summary
 from agent.compression.state import CompressorState
+from agent.compression.state_view import CompressorStateView
 from agent.compression.summarizer import ABORT_WARNING, SummaryOutcome, summary_call_allowed
-from agent.compression.summary import (
-    derive_focus_topic,
-    find_latest_summary,
-    format_summary,
-)
+from agent.compression.summary import derive_focus_topic, find_latest_summary, format_summary
 from agent.compression.summary_job import SummaryJob, summarize_in_parts
-from agent.compression.threshold import (
-    autoraised_threshold_percent,
-    compute_threshold_tokens,
-    max_summary_tokens,
-    output_reserve,
-    summary_ceiling,
-    tail_token_budget,
-)
+from agent.compression.threshold import autoraised_threshold_percent, summary_ceiling
 from agent.llm.base import Provider, Usage
 from agent.llm.window import LEARNED_OVERFLOW, ServedWindow
 from agent.tokens import get_counter
 
-__all__ = ["INEFFECTIVE_SAVINGS", "MIN_GUARD_MESSAGES", "ContextCompressor"]
+__all__ = ["MIN_GUARD_MESSAGES", "ContextCompressor"]
 
 log = logging.getLogger(__name__)
 
 MIN_GUARD_MESSAGES = 4
-INEFFECTIVE_SAVINGS = 0.10
 
 Messages = list[dict[str, Any]]
 
 
-class ContextCompressor(ContextEngine):
+class ContextCompressor(CompressorStateView, CompressorWindow, ContextEngine):
     """Lossy compression into protected head + structured summary + verbatim tail."""
 
     accepts_token_counts = True
@@ -139,131 +129,7 @@ class ContextCompressor(ContextEngine):
         self._summary_frame = self._counter.count_text(format_summary(""))
         self._apply_context_length(context_length)
 
-    # -- thresholds -------------------------------------------------------------------------------------
-
-    @property
-    def max_tokens(self) -> int | None:
-        """The output reserve: what every answer may take of the window (R-T4)."""
-        if self._reserve_output:
-            return output_reserve(self._configured_max_tokens, self.context_length)
-        return self._configured_max_tokens
-
-    def _apply_context_length(self, context_length: int) -> None:
-        """Set the window and derive the threshold, lowered to what the summary model can read (R-C9)."""
-        self.context_length = context_length
-        configured = compute_threshold_tokens(context_length, self.threshold_percent, self.max_tokens)
-        self.threshold_tokens = feasible_threshold(configured, context_length, self.summary_context_length)
-
-    def set_request_overhead(self, tokens: int) -> None:
-        """What every request carries besides its messages (the tool schemas), for planning a compaction."""
-        self._overhead = max(0, int(tokens))
-
-    def _plan_settings(self) -> PlanSettings:
-        return PlanSettings(self.context_length, self.threshold_tokens, self.tail_token_budget, self.protect_first_n,
-                            self.protect_last_n, self.max_tokens or 0, self._overhead, self._summary_frame)
-
-    def lower_context_length(self, context_length: int) -> int:
-        """Shrink the window (error recovery: the provider stated a smaller one); returns the new threshold."""
-        if context_length <= 0:
-            raise ValueError("context_length must be positive")
-        if context_length < self.context_length:
-            self._apply_context_length(context_length)
-        return self.threshold_tokens
-
-    def use_window(self, context_length: int, max_tokens: int | None) -> None:
-        """The model that answers changed (failover, ``/model``): budgets follow its window and output reserve.
-
-        A window lowered after an overflow belonged to the previous model and goes with it; while another
-        model than the engine's own answers, the exported state keeps the engine's own window, so a restart
-        mid-episode does not keep the other model's window once the engine's own model is back."""
-        if context_length <= 0:
-            raise ValueError("context_length must be positive")
-        if (context_length, max_tokens) == self._model_window:
-            return
-        self._model_window = (context_length, max_tokens)
-        self._configured_max_tokens = max_tokens
-        self._apply_context_length(context_length)
-
-    @property
-    def tail_token_budget(self) -> int:
-        """Tokens the verbatim tail may hold: threshold × target_ratio (R-T5)."""
-        return tail_token_budget(self.threshold_tokens, self.target_ratio)
-
-    @property
-    def max_summary_tokens(self) -> int:
-        """Largest summary budget: 5% of the window, at most 12,000 (R-T5)."""
-        return max_summary_tokens(self.context_length)
-
     # -- state ------------------------------------------------------------------------------------------
-
-    @property
-    def compression_count(self) -> int:
-        """Compressions done in this conversation."""
-        return self._state.compression_count
-
-    @compression_count.setter
-    def compression_count(self, value: int) -> None:
-        self._state.compression_count = value
-
-    @property
-    def last_prompt_tokens(self) -> int:
-        """Real prompt tokens of the last main-model call; -1 just after a compression; 0 when unknown.
-
-        Settable (the ContextEngine contract has it as a field): setting -1 marks "waiting for real usage".
-        """
-        return self._state.last_prompt_tokens
-
-    @last_prompt_tokens.setter
-    def last_prompt_tokens(self, value: int) -> None:
-        self._state.last_prompt_tokens = value
-        if value == -1:
-            self._state.awaiting_real_usage = True
-            self._state.real_usage_fits = False
-
-    @property
-    def ineffective_count(self) -> int:
-        """Compressions in a row that did not help: the escalation level of the next one (R-C6)."""
-        return self._state.ineffective_count
-
-    @property
-    def previous_summary(self) -> str | None:
-        """Body of the summary the next compression will update."""
-        return self._state.previous_summary
-
-    @property
-    def last_compress_aborted(self) -> bool:
-        """Whether the last compression was aborted (R-C8)."""
-        return self._state.last_compress_aborted
-
-    @property
-    def last_compress_reason(self) -> str:
-        """Why the last compression aborted, fell back, or did nothing ('' after a clean LLM summary)."""
-        return self._state.last_compress_reason
-
-    @property
-    def auth_failure(self) -> bool:
-        """The last summary attempt failed with 401/403."""
-        return self._state.auth_failure
-
-    @property
-    def network_failure(self) -> bool:
-        """The last summary attempt failed because the connection or stream closed early."""
-        return self._state.network_failure
-
-    @property
-    def cooldown_remaining(self) -> float:
-        """Seconds before the summary model is tried again (0 when it may be)."""
-        return max(0.0, self._state.cooldown_until - self._clock())
-
-    @property
-    def deferred_to_real_usage(self) -> bool:
-        """See the module docstring: the preflight may trust real usage instead of its rough estimate."""
-        return self._state.real_usage_fits
-
-    @property
-    def last_compression_stats(self) -> dict[str, Any] | None:
-        """Figures of the last compression (also after a restart, from exported state)."""
-        return self._state.last_stats
 
     def export_state(self) -> dict[str, Any]:
         """JSON-serializable state for persistence (cooldowns as wall-clock expiry)."""
@@ -333,7 +199,7 @@ class ContextCompressor(ContextEngine):
         needs no LLM call (R-C10).
 
         ``token_counts`` as for `compress`."""
-        plan = self._select_plan(messages, self._input_counts(messages, token_counts))
+        plan = self._select_plan(messages, input_counts(messages, token_counts, self._counter))
         return plan.clip.clipped > 0 or plan.bounds is not None
 
     def will_summarize(self, messages: Sequence[Mapping[str, Any]], *, force: bool = False,
@@ -343,7 +209,7 @@ class ContextCompressor(ContextEngine):
         static summary or abort, unpaid."""
         if not summary_call_allowed(self._state, self._summary_provider, now=self._clock(), force=force):
             return False
-        plan = self._select_plan(messages, self._input_counts(messages, token_counts))
+        plan = self._select_plan(messages, input_counts(messages, token_counts, self._counter))
         return plan.bounds is not None and not plan.escalation.static
 
     # -- the pipeline -----------------------------------------------------------------------------------
@@ -402,7 +268,7 @@ class ContextCompressor(ContextEngine):
         """
         original: Messages = [m if isinstance(m, dict) else dict(m) for m in messages]
         self._rehydrate(original)
-        counts = self._input_counts(original, token_counts)
+        counts = input_counts(original, token_counts, self._counter)
         tokens_before = sum(counts)
         # _rehydrate has just looked for a summary in these very messages.
         plan = self._select_plan(original, counts, self._state.previous_summary is not None)
@@ -433,15 +299,17 @@ class ContextCompressor(ContextEngine):
             text = shorten_summary(self._static_body(middle),
                                    max(plan.summary_budget, int(ceiling * plan.escalation.summary_share)),
                                    self._counter)
-        ledger = self._ledger(original, counts, bounds, plan.summary_budget)
-        kept = self._kept_counts(work, plan.work_counts, bounds)
-        assembled, after_counts = self._assemble(work, kept, bounds, ledger.merge(text))
+        ledger = middle_ledger(original, bounds, plan.summary_budget, first_seq=self._first_seq,
+                               previous_summary=self._state.previous_summary, counter=self._counter)
+        kept = kept_counts(work, plan.work_counts, bounds)
+        assembled, after_counts = assemble_counted(work, kept, bounds, ledger.merge(text), self._counter)
         if sum(after_counts) >= tokens_before:
             # Still no shorter than what it replaces (a tiny middle): a summary half as long, then none but the
             # ledger's facts, before giving up.
             for share in (0.5, 0.0):
                 text = shorten_summary(text, int(plan.summary_budget * share), self._counter)
-                assembled, after_counts = self._assemble(work, kept, bounds, ledger.merge(text))
+                assembled, after_counts = assemble_counted(work, kept, bounds, ledger.merge(text),
+                                                           self._counter)
                 if sum(after_counts) < tokens_before:
                     break
         if sum(after_counts) >= tokens_before:
@@ -482,35 +350,7 @@ class ContextCompressor(ContextEngine):
                                         abort_on_failure=self.abort_on_summary_failure,
                                         deadline_s=self.summary_deadline_seconds)
 
-    # -- ledger, counts, assembly, commit ---------------------------------------------------------------
-
-    def _ledger(self, original: Messages, counts: Sequence[int], bounds: Boundaries, budget: int) -> Ledger:
-        """The evidence ledger of the middle, taken from the unpruned messages (pruning drops error lines)."""
-        middle = original[bounds.head_end : bounds.tail_start]
-        offset = 1 if original and original[0].get("role") == "system" else 0
-        numbers = [self._first_seq + i - offset for i in range(bounds.head_end, bounds.tail_start)]
-        return build_ledger(middle, numbers, previous_summary=self._state.previous_summary,
-                            cap_tokens=ledger_cap(budget), cost=self._counter.count_text)
-
-    def _input_counts(self, messages: Sequence[Mapping[str, Any]], token_counts: Sequence[int] | None) -> list[int]:
-        if token_counts is None:
-            return self._counter.count_each(messages)
-        if len(token_counts) != len(messages):
-            raise ValueError(f"{len(messages)} messages but {len(token_counts)} token counts")
-        return [int(c) for c in token_counts]
-
-    @staticmethod
-    def _kept_counts(work: Messages, counts: Sequence[int], bounds: Boundaries) -> dict[int, int]:
-        """Counts of the head and tail messages by identity, for those assembly keeps as they are (identity is
-        safe: every one of them stays alive in ``work`` while the map is used)."""
-        head = zip(work[: bounds.head_end], counts[: bounds.head_end], strict=True)
-        tail = zip(work[bounds.tail_start :], counts[bounds.tail_start :], strict=True)
-        return {id(m): c for m, c in (*head, *tail)}
-
-    def _helped(self, before: int, after: int) -> bool:
-        """Whether a compression helped: it saved 10% (R-C6) and left room below the threshold for new turns."""
-        saved = 1.0 - after / before if before > 0 else 0.0
-        return saved >= INEFFECTIVE_SAVINGS and after + self._overhead < self.threshold_tokens * STILL_FULL_SHARE
+    # -- the outcome: committed or unchanged -----------------------------------------------------------
 
     def _commit_clip(self, original: Messages, clip: ClipResult, counts: Sequence[int]) -> CompressionResult:
         """Only clipping changed the list (no middle to summarize, or the summary aborted): keep that."""
@@ -521,7 +361,8 @@ class ContextCompressor(ContextEngine):
         after = sum(after_counts)
         if after >= before:
             return self._unchanged(original, counts, "compression would not reduce tokens", ineffective=True)
-        state.ineffective_count = 0 if self._helped(before, after) else state.ineffective_count + 1
+        state.ineffective_count = (0 if helped(before, after, self._overhead, self.threshold_tokens)
+                                   else state.ineffective_count + 1)
         state.last_prompt_tokens = -1
         state.awaiting_real_usage = True
         state.real_usage_fits = False
@@ -535,22 +376,14 @@ class ContextCompressor(ContextEngine):
     def _static_body(self, middle: Messages) -> str:
         return build_static_summary(middle, today=self._today(), previous_summary=self._state.previous_summary)
 
-    def _assemble(
-        self, work: Messages, kept: Mapping[int, int], bounds: Boundaries, body: str
-    ) -> tuple[AssemblyResult, list[int]]:
-        """The assembled list and its per-message counts: only what assembly created or changed is counted."""
-        assembled = assemble(work[: bounds.head_end], format_summary(body), work[bounds.tail_start :])
-        counts = [kept.get(id(m)) for m in assembled.messages]
-        return assembled, [self._counter.count_message(m) if c is None else c
-                           for m, c in zip(assembled.messages, counts, strict=True)]
-
     def _commit(
         self, original: Messages, result: Messages, before: int, after_counts: list[int], bounds: Boundaries,
         pruned: PruneResult, kind: str, failure: str, body: str,
     ) -> CompressionResult:
         state = self._state
         after = sum(after_counts)
-        state.ineffective_count = 0 if self._helped(before, after) else state.ineffective_count + 1
+        state.ineffective_count = (0 if helped(before, after, self._overhead, self.threshold_tokens)
+                                   else state.ineffective_count + 1)
         state.compression_count += 1
         state.previous_summary = body
         state.last_prompt_tokens = -1

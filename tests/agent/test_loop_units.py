@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from agent.engine_hooks import lower_context_length as _lower_context_length
 from agent.events import aborted_notice, compression_skipped_notice
 from agent.llm.errors import (
     AuthError,
@@ -17,7 +18,6 @@ from agent.llm.errors import (
     LongContextTier,
     PayloadTooLarge,
 )
-from agent.loop import _lower_context_length
 from agent.recovery import Action, Recovery, plan_recovery
 from agent.tokens import get_counter
 from agent.triggers import CountRatio, FitAnchor, cheap_gate, made_progress, post_response_tokens
