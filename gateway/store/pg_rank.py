@@ -94,16 +94,17 @@ class WordStatsCache:
         return self._stats
 
 
-def pg_rank(keys: Sequence[str], stats: WordStats | None, *, every: bool,
-            where: Callable[[Select[Any]], Select[Any]], min_prefix: int = 1) -> Select[Any]:
-    """Ids of the messages ``where`` admits that hold every (``every``) or any of ``keys`` — as word prefixes
-    when at least ``min_prefix`` long, else as whole words — best first (see the module docstring); ``keys``
-    are plain words (letters and digits only)."""
+def pg_rank(keys: Sequence[str], prefixed: Sequence[bool], stats: WordStats | None, *, every: bool,
+            where: Callable[[Select[Any]], Select[Any]]) -> Select[Any]:
+    """Ids (and scores) of the messages ``where`` admits that hold every (``every``) or any of ``keys`` — as
+    word prefixes where ``prefixed`` says so, else as whole words — best first (see the module docstring);
+    ``keys`` are plain words (letters and digits only)."""
+    as_prefix = dict(zip(keys, prefixed, strict=True))
 
     def _prefix_query(words: Sequence[str], joiner: str) -> Any:
-        return func.to_tsquery("simple", joiner.join(w + (":*" if len(w) >= min_prefix else "") for w in words))
+        return func.to_tsquery("simple", joiner.join(w + (":*" if as_prefix[w] else "") for w in words))
 
-    shares = [(stats.share(k) if len(k) >= min_prefix else stats.share_of(k)) if stats else 0.0 for k in keys]
+    shares = [(stats.share(k) if as_prefix[k] else stats.share_of(k)) if stats else 0.0 for k in keys]
     rare = [k for k, share in zip(keys, shares, strict=True) if share < RARE_SHARE]
     matching = keys if every or not rare else rare
     condition = _TSV.op("@@")(_prefix_query(matching, " & " if every else " | "))

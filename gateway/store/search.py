@@ -35,7 +35,7 @@ from gateway.store.database import run_read
 from gateway.store.models import MessageRow
 from gateway.store.pg_rank import WordStatsCache, pg_rank
 from gateway.store.records import SearchHit
-from gateway.store.search_terms import MIN_PREFIX, Query, parse_query, split_terms
+from gateway.store.search_terms import Query, matches_as_prefix, parse_query, split_terms
 from gateway.store.snippets import cut_snippet
 
 __all__ = ["ALL_WORDS", "ANY_WORD", "BY_MEANING", "EXACT_TEXT", "MessageSearch", "Rerank", "split_terms"]
@@ -114,13 +114,13 @@ class MessageSearch:
     # ------------------------------------------------------------------ ordered candidate ids per matcher
 
     def _words(self, conn: Connection, keys: Sequence[str], *, every: bool, scope: _Scope) -> Select[Any]:
-        """Ids best first: messages with every (``every``: as typed, word prefixes) or any of ``keys`` (word
-        prefixes from `MIN_PREFIX` characters on, whole words below)."""
-        prefix = 1 if every else MIN_PREFIX
+        """Ids (and scores) best first: messages with every (``every``) or any of ``keys``, as word prefixes or
+        whole words (`matches_as_prefix`)."""
+        prefixed = [matches_as_prefix(k, required=every) for k in keys]
         if self._dialect == "postgresql":
-            return pg_rank(keys, self._word_stats.get(conn), every=every, where=scope.where, min_prefix=prefix)
-        match = (" AND " if every else " OR ").join(_fts5_string(k) + ("*" if len(k) >= prefix else "")
-                                                     for k in keys)
+            return pg_rank(keys, prefixed, self._word_stats.get(conn), every=every, where=scope.where)
+        match = (" AND " if every else " OR ").join(_fts5_string(k) + ("*" if p else "")
+                                                     for k, p in zip(keys, prefixed, strict=True))
         fts = text("SELECT rowid, bm25(messages_fts) AS rank FROM messages_fts WHERE messages_fts MATCH :q") \
             .bindparams(q=match).columns(literal_column("rowid"), literal_column("rank")).subquery("fts")
         # bm25() is lower for better matches: negated, a score that grows with relevance (as on PostgreSQL).
@@ -167,11 +167,10 @@ class MessageSearch:
                 return
             r = found[i]
             taken.add(i)
-            # A copy of what the model sees, or of a hit already listed: compaction and rotation copy the
-            # verbatim tail, and the copy is archived in turn by the next compaction.
+            # A copy of what the model sees is left out (compaction and rotation copy the verbatim tail); two
+            # equal texts elsewhere are two messages, each with its own neighbours.
             if r.search_text not in scope.seen:
                 rows.append(_Row(r.id, r.session_id, r.seq, r.role, r.created_at, r.active, r.search_text, match))
-                scope.seen.add(r.search_text)
 
     def _collect(self, conn: Connection, ordered: Select[Any], want: int, match: str, scope: _Scope,
                  taken: set[int], first: Sequence[int] = ()) -> list[_Row]:

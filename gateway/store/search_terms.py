@@ -2,9 +2,10 @@
 
 A term is a whitespace-separated piece of the query. Punctuation around a term is not part of it ("class?"
 is the word "class"); a term with punctuation or CJK characters inside ("deploy/config.yaml", "上下文") is
-a substring to find exactly. Matching looks for the query's informative words only: stop words ("what",
-"did", "the") are left out — required, they would only drop messages that lack them; in any-word matching
-every message would match them — unless the query has nothing else. Any-word matching cuts each word to a
+a substring to find exactly. All-words matching requires every word as typed — a word the caller chose is
+not dropped — stop words as whole words (as prefixes "what" would match every "whatever"), the others as
+prefixes. Any-word matching looks for the informative words only: stop words ("what", "did", "the") are
+left out, or every message would match and the ranking would be all that decides. It cuts each word to a
 stem, which matches as a prefix ("painting" → ``paint*`` also finds "paints" and "painted"); a stem of one
 or two characters matches only itself (as a prefix it would match hundreds of words).
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["MIN_PREFIX", "STOP_WORDS", "Query", "parse_query", "split_terms", "stem"]
+__all__ = ["MIN_PREFIX", "STOP_WORDS", "Query", "matches_as_prefix", "parse_query", "split_terms", "stem"]
 
 _CJK = re.compile(r"[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002fa1f]")
 # Unicode letters and digits: the characters the word indexes (FTS5 unicode61, PostgreSQL's parser) keep.
@@ -54,14 +55,20 @@ def stem(word: str) -> str:
     return word
 
 
+def matches_as_prefix(word: str, *, required: bool) -> bool:
+    """Whether ``word`` matches as a word prefix (else as a whole word): a required word unless it is a stop
+    word, an any-word key from `MIN_PREFIX` characters on."""
+    return word.lower() not in STOP_WORDS if required else len(word) >= MIN_PREFIX
+
+
 def _is_word(term: str) -> bool:
     return term.isalnum() and not _CJK.search(term)
 
 
 @dataclass(frozen=True)
 class Query:
-    """A parsed query. ``words`` is set when every term is a plain word (the word index serves it, all its
-    informative words required); ``substrings`` otherwise (every term must occur as typed). ``keys`` are the
+    """A parsed query. ``words`` is set when every term is a plain word (the word index serves it, every word
+    required); ``substrings`` otherwise (every term must occur as typed). ``keys`` are the
     stems any-word matching looks for; ``phrase`` the whole query on one line, to show where it occurs
     verbatim."""
 
@@ -77,8 +84,7 @@ def parse_query(query: str) -> Query:
     terms = split_terms(query)
     stripped = [t.strip(_EDGE_PUNCTUATION) or t for t in terms]
     plain = all(_is_word(t) for t in stripped)
-    informative = [w for w in stripped if w.lower() not in STOP_WORDS] or stripped
-    words = tuple(dict.fromkeys(informative)) if plain else ()
+    words = tuple(dict.fromkeys(stripped)) if plain else ()
     tokens = (w.lower() for w in _WORDS.findall(query) if not _CJK.search(w))
     keys = tuple(dict.fromkeys(stem(w) for w in tokens if len(w) > 1 and w not in STOP_WORDS))
     return Query(terms=tuple(terms), words=words, substrings=() if plain else tuple(terms), keys=keys,

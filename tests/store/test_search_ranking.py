@@ -43,15 +43,16 @@ async def test_a_rare_word_outranks_a_common_one(store: Store) -> None:
     assert hits[0].seq == 31 and "ceramics course" in hits[0].snippet
 
 
-async def test_stop_words_neither_match_nor_are_required(store: Store) -> None:
+async def test_stop_words_never_make_a_partial_match(store: Store) -> None:
     session = await archived(store, [user("what did she say about it? I think she said it was there"),
                                      user("the pottery class is on Tuesday evenings"),
                                      user(STATUS)])
     hits = await search(store, session, "What did she say about the pottery class?")
-    # "pottery" and "class" are the question's words; the message of stop words only never matches.
-    assert [(h.seq, h.match) for h in hits] == [(2, ALL_WORDS)]
+    # No message holds every word; "pottery" and "class" are the question's informative words, and the
+    # message that shares only its stop words is no match at all.
+    assert [(h.seq, h.match) for h in hits] == [(2, ANY_WORD)]
     only_stop_words = await search(store, session, "what did she say")
-    assert [h.seq for h in only_stop_words] == [1]  # nothing else to go by: the words as typed
+    assert [(h.seq, h.match) for h in only_stop_words] == [(1, ALL_WORDS)]  # required as typed, whole words
 
 
 async def test_any_word_fills_only_what_all_words_left_empty(store: Store) -> None:
