@@ -34,6 +34,7 @@ import tiktoken
 from aiohttp import web
 
 from agent.tokens import prime_tiktoken_cache
+from tests.fakes.loopback import serve_on_loopback
 
 __all__ = ["Call", "ScriptedModel", "WindowServer", "summary_marker"]
 
@@ -160,11 +161,7 @@ class WindowServer:
             app.router.add_get("/api/ps", self._ollama_ps)
             app.router.add_post("/api/show", self._ollama_show)
             app.router.add_post("/api/generate", self._ollama_generate)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
+        self._runner, self.port = await serve_on_loopback(app, access_log=None)
         return self
 
     async def stop(self) -> None:
