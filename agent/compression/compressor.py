@@ -55,11 +55,10 @@ from agent.llm.base import Provider, Usage
 from agent.llm.window import LEARNED_OVERFLOW, ServedWindow
 from agent.tokens import get_counter
 
-__all__ = ["MIN_GUARD_MESSAGES", "ContextCompressor"]
+__all__ = ["ContextCompressor"]
 
 log = logging.getLogger(__name__)
 
-MIN_GUARD_MESSAGES = 4
 
 Messages = list[dict[str, Any]]
 

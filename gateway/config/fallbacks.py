@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr
+
+from gateway.config.fields import SECTION
 
 __all__ = ["MAX_FALLBACKS", "FallbackModel", "check_model_names"]
 
@@ -21,7 +23,7 @@ _NAME = r"^\S{1,100}$"
 class FallbackModel(BaseModel):
     """One fallback model, with its own endpoint, key and window."""
 
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+    model_config = SECTION
     model: str = Field(min_length=1, max_length=200)
     # How /model, /status and the notices name it; unset: the model name. Needed when two entries share one.
     name: str | None = Field(default=None, pattern=_NAME)

@@ -12,19 +12,17 @@ import importlib.util
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 
 from agent.tools.mcp_server import McpServerSpec
+from gateway.config.fields import SECTION
 
 __all__ = ["McpServerSettings", "ToolsSettings"]
-
-_Section = ConfigDict(extra="forbid", validate_default=True)
-
 
 class McpServerSettings(BaseModel):
     """One MCP server and where its tools are offered."""
 
-    model_config = _Section
+    model_config = SECTION
     # The tools appear as mcp__<name>__<tool>.
     name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,32}$")
     command: str | None = Field(default=None, min_length=1)
@@ -83,7 +81,7 @@ class McpServerSettings(BaseModel):
 class ToolsSettings(BaseModel):
     """Tools from outside: MCP servers."""
 
-    model_config = _Section
+    model_config = SECTION
     mcp_servers: list[McpServerSettings] = Field(default=[], max_length=32)
 
     @model_validator(mode="after")
