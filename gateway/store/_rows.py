@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from agent.compression.messages import plain_text
 from agent.storable import storable_text
 from gateway.store.errors import SessionEnded, SessionNotFound
-from gateway.store.models import MessageRow, SessionRow
+from gateway.store.models import ACTIVE_ROW, MessageRow, SessionRow
 from gateway.store.records import CompactionInfo, EngineState, MessageRecord, SessionRecord, origin_columns
 
 Message = dict[str, Any]
@@ -110,7 +110,7 @@ STORED_COLUMNS = (MessageRow.seq, MessageRow.role, MessageRow.payload, MessageRo
 def active_rows_query(session_id: str) -> Select[Any]:
     """The session's active rows in sequence order."""
     return (select(*STORED_COLUMNS)
-            .where(MessageRow.session_id == session_id, MessageRow.active.is_(True))
+            .where(MessageRow.session_id == session_id, ACTIVE_ROW)
             .order_by(MessageRow.seq))
 
 
@@ -129,7 +129,7 @@ async def archive_active(conn: AsyncConnection, session_id: str, number: int, at
     """Mark every active row of the session archived by replacement ``number``."""
     await conn.execute(
         update(MessageRow)
-        .where(MessageRow.session_id == session_id, MessageRow.active.is_(True))
+        .where(MessageRow.session_id == session_id, ACTIVE_ROW)
         .values(active=False, archived_at=at, archived_by=number))
 
 

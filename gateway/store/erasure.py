@@ -32,7 +32,7 @@ from agent.compression.summary import SUMMARY_PREFIX
 from gateway.store._rows import active_rows, lock_session, message_text, session_record, stored, utcnow
 from gateway.store.compaction import replace_set
 from gateway.store.database import read, write
-from gateway.store.models import ChatSettingRow, DeliveryRow, InboxRow, MessageRow, SessionRow
+from gateway.store.models import ACTIVE_ROW, ChatSettingRow, DeliveryRow, InboxRow, MessageRow, SessionRow
 
 __all__ = ["ERASURE_REASON", "FTS_SECURE_DELETE", "ChatSession", "ErasableRow", "Erasure", "ErasureRepository", "QuotingAnswer",
            "RowRewrite"]
@@ -294,7 +294,7 @@ async def _settle_session(conn: AsyncConnection, session_id: str, rewritten: set
     session = await lock_session(conn, session_id, open_only=False)
     active = await active_rows(conn, session_id)
     active_ids = set((await conn.execute(select(MessageRow.id).where(
-        MessageRow.session_id == session_id, MessageRow.active.is_(True)))).scalars())
+        MessageRow.session_id == session_id, ACTIVE_ROW))).scalars())
     if session.ended_at is None and active_ids & rewritten:
         state = session_record(session).engine
         if summary is not None:

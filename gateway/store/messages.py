@@ -22,7 +22,7 @@ from gateway.store._rows import (
 from gateway.store.database import read, run_read, run_write
 from gateway.store.errors import SessionEnded, SessionNotFound
 from gateway.store.inbox import advance, settle, settle_lines
-from gateway.store.models import MessageRow, SessionRow
+from gateway.store.models import ACTIVE_ROW, MessageRow, SessionRow
 from gateway.store.records import ActiveSet, EngineState, Handled, MessageRecord, Progress
 
 __all__ = ["MessageRepository"]
@@ -167,7 +167,7 @@ class MessageRepository:
         """Messages in sequence order: the active set, or every row ever stored for the session."""
         query = select(MessageRow).where(MessageRow.session_id == session_id)
         if not include_archived:
-            query = query.where(MessageRow.active.is_(True))
+            query = query.where(ACTIVE_ROW)
         async with read(self._engine) as conn:
             if (await conn.execute(select(SessionRow.id).where(SessionRow.id == session_id))).first() is None:
                 raise SessionNotFound(session_id)

@@ -19,13 +19,14 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    literal_column,
     text,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
-__all__ = ["Base", "ChatSettingRow", "CompactionRow", "DeliveryRow", "InboxRow", "MessageRow", "PinRow",
+__all__ = ["ACTIVE_ROW", "Base", "ChatSettingRow", "CompactionRow", "DeliveryRow", "InboxRow", "MessageRow", "PinRow",
            "SessionRow", "UTCDateTime"]
 
 # SQLite only auto-increments an INTEGER PRIMARY KEY (the rowid alias), which FTS5 also keys on.
@@ -36,6 +37,11 @@ _SETTLED = text("status <> 'pending'")
 _UNHANDLED = text("handled_at IS NULL")
 _HAS_ORIGIN = text("origin IS NOT NULL")
 _HAS_AUTHOR = text("author IS NOT NULL")
+# "The row is active", written as the partial index ix_messages_active's predicate. SQLite uses a partial index
+# only for a query whose WHERE holds that predicate as written; SQLAlchemy writes the Boolean column as
+# `active IS 1` / `active = 1`, which SQLite does not prove, and then reads every row the session ever had
+# (archived ones too) through (session_id, archived_by) and sorts them.
+ACTIVE_ROW = literal_column("messages.active")
 
 
 class UTCDateTime(TypeDecorator[datetime]):

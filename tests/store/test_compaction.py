@@ -16,6 +16,8 @@ from gateway.store import (
     StaleWatermark,
     Store,
 )
+from gateway.store._rows import active_rows_query
+from gateway.store.database import write
 from tests.store.conftest import assistant, user
 
 
@@ -203,3 +205,20 @@ async def test_rotation_defaults_to_parent_engine_state(store: Store) -> None:
     assert (child.engine.compression_count, child.engine.ineffective_count, child.engine.context_length) == (
         4, 2, 64_000)
     assert child.engine.last_compaction is not None and child.engine.last_compaction.reason == "rotation"
+
+
+async def test_active_rows_are_read_through_the_partial_index(store: Store) -> None:
+    # A long-lived session holds many archived rows and few active ones: loading the active set (every turn)
+    # must walk the active rows only, in order, not every row the session ever had and then sort them.
+    if store.dialect != "sqlite":
+        pytest.skip("PostgreSQL chooses by cost, and a sequential scan is cheapest at this size")
+    sid = await _session_with(store, 400)
+    active = await store.messages.load_active(sid)
+    await store.compactions.replace_active(sid, [assistant("S"), user("m399")], [4, 10], active.watermark)
+    statement = str(active_rows_query(sid).compile(dialect=store.engine.dialect,
+                                                   compile_kwargs={"literal_binds": True}))
+    async with write(store.engine) as conn:
+        await conn.exec_driver_sql("ANALYZE")
+        plan = " | ".join(str(r[-1]) for r in await conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement))
+    assert "ix_messages_active" in plan and "TEMP B-TREE" not in plan, plan
+    assert (await store.messages.load_active(sid)).messages == [assistant("S"), user("m399")]
