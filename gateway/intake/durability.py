@@ -77,12 +77,13 @@ class StorageGuard:
         """Whether the last storage operation met an outage (and none has succeeded since)."""
         return self._down_since is not None
 
-    def failed(self, exc: BaseException, what: str) -> None:
-        """Note an outage met while doing ``what`` (one throttled line, traceback once per distinct error)."""
+    def failed(self, exc: BaseException, what: str | Callable[[], str]) -> None:
+        """Note an outage met while doing ``what`` (one throttled line, traceback once per distinct error);
+        a function is asked at the time, for a description that changes during the outage."""
         if self._down_since is None:
             self._down_since = self._clock()
         self.throttle.warning(_OUTAGE, "storage unavailable (%s): %s; kept, retrying with backoff",
-                              describe_cause(exc), what, exc=exc)
+                              describe_cause(exc), what() if callable(what) else what, exc=exc)
 
     def succeeded(self) -> None:
         """Note a storage operation that worked: an outage in progress is over."""
@@ -91,7 +92,7 @@ class StorageGuard:
             self._down_since = None
             self.throttle.recovered(_OUTAGE, "storage is back after %.1f s", lasted, level=logging.WARNING)
 
-    async def run(self, operation: Callable[[], Awaitable[T]], what: str) -> T:
+    async def run(self, operation: Callable[[], Awaitable[T]], what: str | Callable[[], str]) -> T:
         """``await operation()``, retried with backoff for as long as it meets a storage outage.
 
         Only for operations that are safe to repeat (one transaction that either committed or did not).

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from adapters.base import Adapter, Inbound
-from gateway.intake.durability import StorageGuard, backoff_delay, is_storage_outage
+from gateway.intake.durability import StorageGuard
 from gateway.intake.inbox import Inbox
 from gateway.intake.keys import SessionKey
 
@@ -52,21 +52,9 @@ async def until_handled(storage: StorageGuard, attempt: Callable[[], Awaitable[T
                         held: Callable[[], str]) -> T:
     """Run ``attempt`` until it returns its result. None means an earlier message of the session (an earlier
     ticket) is still to be handled by another worker: ask again shortly. A storage outage holds the message:
-    retried with backoff, the outage logged with ``held()`` saying what is held."""
-    tries = 0
+    retried with backoff (`StorageGuard.run`), the outage logged with ``held()`` saying what is held."""
     while True:
-        try:
-            result = await attempt()
-        except Exception as exc:
-            if not is_storage_outage(exc):
-                raise
-            storage.failed(exc, held())
-            await asyncio.sleep(backoff_delay(tries))
-            tries += 1
-            continue
-        if result is None:
-            await asyncio.sleep(TURN_POLL_S)  # an earlier message of this session is at another worker
-            continue
-        if tries:
-            storage.succeeded()
-        return result
+        result = await storage.run(attempt, held)
+        if result is not None:
+            return result
+        await asyncio.sleep(TURN_POLL_S)  # an earlier message of this session is at another worker
