@@ -10,8 +10,9 @@ takes seconds on a hosted model, 20–35 s on a small local one: at a message ev
 and every turn arriving meanwhile is answered from the context as it stands, so it must still fit. Measured in
 the conversation's own turns, a chat of short lines compacts close to the threshold and one of long pastes or
 tool outputs earlier — and either as rarely as at the threshold: a compaction ahead of need keeps the tail the
-threshold's would have kept (`agent.compression.plan`: its lead), so it frees the room the threshold's would. The floor keeps room for a burst whatever the pace (at 8,192 tokens 75% of the
-threshold leaves ~2,000 tokens before a request no longer fits), and the ceiling a margin above the last turn.
+threshold's would have kept (`agent.compression.plan`: its lead), so it frees the room the threshold's would.
+The floor keeps room for a burst whatever the pace (at 8,192 tokens 75% of the threshold leaves ~2,000 tokens
+before a request no longer fits), and the ceiling a margin above the last turn.
 
 No compaction ahead of need within `min_turns_between` turns of the last one: one that freed too little (or a
 conversation growing fast) must not buy a summary call after every answer. Only the threshold itself — where the
