@@ -31,8 +31,9 @@ from typing import Any
 import gateway as gateway_package
 from adapters.base import Inbound, LiveReply
 from bench.windows import PacedAdapter
-from gateway.app import Gateway
-from gateway.app.runtime_parts import build_runtime
+
+# Both names through gateway.app, which every revision has (gateway/app.py before it became a package).
+from gateway.app import Gateway, build_runtime
 from gateway.config import load_settings
 
 MODEL = "claude-sonnet-4-5"

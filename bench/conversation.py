@@ -28,7 +28,7 @@ share a marker-free cache could reuse: the longest prefix an earlier request sen
 each compaction the read share and how many read the whole stable prefix (tool definitions and system prompt),
 how many different system prompts the chat requests carried, the most breakpoints a request had, and $ per
 1,000 turns (of which summary calls), then where those dollars go (cache reads, cache writes, uncached input,
-output).
+output), in all and for the chat requests and the summary calls apart.
 
 ``--baseline GITREF`` runs the same against that revision, checked out in a temporary git worktree (its
 gateway, the same benchmark), and prints both side by side. The default run takes about 5 minutes on two
@@ -86,8 +86,10 @@ class Figures:
     max_breakpoints: int
     dollars_per_1000: float
     summary_dollars_per_1000: float
-    # Where the dollars go, per 1,000 turns: cache reads, cache writes, uncached input, output.
+    # Where the dollars go, per 1,000 turns: cache reads, cache writes, uncached input, output — of every request,
+    # and of the summary calls alone (the chat requests' share is the difference).
     split_per_1000: tuple[float, float, float, float]
+    summary_split_per_1000: tuple[float, float, float, float]
     seconds: float
 
     @property
@@ -106,6 +108,7 @@ def figures(received: Sequence[Received], lines: Sequence[dict[str, float | bool
             seconds: float) -> Figures:
     """The figures of one replay from the server's requests and the replay's per-line times."""
     billed = [r.bill for r in received if r.bill is not None]
+    summary_bills = [r.bill for r in received if r.kind == "summary" and r.bill is not None]
     chats = [r for r in received if r.kind == "chat" and r.bill is not None]
     summaries = [r for r in received if r.kind == "summary"]
     waited = sum(1 for n, times in enumerate(lines)
@@ -126,8 +129,8 @@ def figures(received: Sequence[Received], lines: Sequence[dict[str, float | bool
         system_prompts=len({json.dumps(r.body.get("system"), sort_keys=True) for r in chats}),
         max_breakpoints=max((b.breakpoints for b in billed), default=0),
         dollars_per_1000=_per_1000(billed, len(lines)),
-        summary_dollars_per_1000=_per_1000([r.bill for r in summaries if r.bill is not None], len(lines)),
-        split_per_1000=_split(billed, len(lines)), seconds=seconds)
+        summary_dollars_per_1000=_per_1000(summary_bills, len(lines)), split_per_1000=_split(billed, len(lines)),
+        summary_split_per_1000=_split(summary_bills, len(lines)), seconds=seconds)
 
 
 def _per_1000(bills: Sequence[Billed], turns: int) -> float:
@@ -230,12 +233,19 @@ async def _run(revisions: Sequence[tuple[str, Path]], lines: Sequence[str], wind
     return results
 
 
+def _dollars(split: Sequence[float]) -> str:
+    read, write, uncached, output = split
+    return (f"cache reads ${read:.2f} + cache writes ${write:.2f} + uncached input ${uncached:.2f} "
+            f"+ output ${output:.2f}")
+
+
 def _summary(results: dict[str, list[Figures]]) -> None:
     for label, runs in results.items():
         for f in runs[1:]:
-            read, write, uncached, output = f.split_per_1000
-            print(f"  {label} at {f.window:,}: $ / 1,000 turns = cache reads ${read:.2f} + cache writes ${write:.2f} "
-                  f"+ uncached input ${uncached:.2f} + output ${output:.2f}")
+            chat = [a - b for a, b in zip(f.split_per_1000, f.summary_split_per_1000, strict=True)]
+            print(f"  {label} at {f.window:,}: $ / 1,000 turns = {_dollars(f.split_per_1000)}\n"
+                  f"    chat requests ${sum(chat):.2f} = {_dollars(chat)}\n"
+                  f"    summary calls ${sum(f.summary_split_per_1000):.2f} = {_dollars(f.summary_split_per_1000)}")
     if len(results) < 2:
         return
     (new_label, new), (old_label, old) = list(results.items())[:2]

@@ -67,6 +67,7 @@ class ContextCompressor(CompressorStateView, CompressorWindow, ContextEngine):
     """Lossy compression into protected head + structured summary + verbatim tail."""
 
     accepts_token_counts = True
+    accepts_ahead_of_need = True
 
     def __init__(
         self,
@@ -218,18 +219,20 @@ class ContextCompressor(CompressorStateView, CompressorWindow, ContextEngine):
         self._state.previous_summary = find_latest_summary(messages)
 
     def _select_plan(self, messages: Sequence[Mapping[str, Any]], counts: Sequence[int],
-                     has_summary: bool | None = None) -> CompactionPlan:
+                     has_summary: bool | None = None, *, ahead_of_need: bool = False) -> CompactionPlan:
         """The compaction to make now (see `agent.compression.plan`).
 
         ``has_summary``: whether ``messages`` hold a handoff summary, when the caller has just looked. Decided
         from the messages, not the remembered summary: compress() drops a summary these messages do not
         contain (R-C7), and has_content_to_compress must predict that compress() exactly (R-C10).
+        ``ahead_of_need``: planned with the room the request has left below the threshold as its lead.
         """
         if has_summary is None:
             has_summary = find_latest_summary(messages) is not None
         decayed = self._state.compression_count >= 1 or has_summary
-        return select_plan(messages, counts, self._plan_settings(), self._state.ineffective_count, decayed=decayed,
-                           counter=self._counter)
+        lead = max(0, self.threshold_tokens - sum(counts) - self._overhead) if ahead_of_need else 0
+        return select_plan(messages, counts, self._plan_settings(lead), self._state.ineffective_count,
+                           decayed=decayed, counter=self._counter)
 
     def _unchanged(
         self, messages: Messages, counts: Sequence[int], reason: str, *, aborted: bool = False,
@@ -255,6 +258,7 @@ class ContextCompressor(CompressorStateView, CompressorWindow, ContextEngine):
         focus_topic: str | None = None,
         force: bool = False,
         token_counts: Sequence[int] | None = None,
+        ahead_of_need: bool = False,
     ) -> CompressionResult:
         """Compress ``messages`` once; the input is never mutated.
 
@@ -263,14 +267,17 @@ class ContextCompressor(CompressorStateView, CompressorWindow, ContextEngine):
         /compress) bypasses summary-model cooldowns. ``token_counts``, one exact count per message (the
         agent's ledger and the store hold them), spare re-tokenizing the input; each message is otherwise
         counted once, and that one list serves planning, the summary budget and the totals.
-        The result's ``token_counts`` are those of its messages.
+        The result's ``token_counts`` are those of its messages. ``ahead_of_need``: a compaction started below the
+        threshold while nobody waits; it cuts as the threshold's would, so the next one is as far away
+        (`agent.compression.plan`).
         """
         original: Messages = [m if isinstance(m, dict) else dict(m) for m in messages]
         self._rehydrate(original)
         counts = input_counts(original, token_counts, self._counter)
         tokens_before = sum(counts)
         # _rehydrate has just looked for a summary in these very messages.
-        plan = self._select_plan(original, counts, self._state.previous_summary is not None)
+        plan = self._select_plan(original, counts, self._state.previous_summary is not None,
+                                 ahead_of_need=ahead_of_need)
         if plan.bounds is None and plan.clip.clipped:
             return self._commit_clip(original, plan.clip, counts)
         if plan.pruned is None:

@@ -52,9 +52,9 @@ class CompressorWindow:
         """What every request carries besides its messages (the tool schemas), for planning a compaction."""
         self._overhead = max(0, int(tokens))
 
-    def _plan_settings(self) -> PlanSettings:
+    def _plan_settings(self, lead: int = 0) -> PlanSettings:
         return PlanSettings(self.context_length, self.threshold_tokens, self.tail_token_budget, self.protect_first_n,
-                            self.protect_last_n, self.max_tokens or 0, self._overhead, self._summary_frame)
+                            self.protect_last_n, self.max_tokens or 0, self._overhead, self._summary_frame, lead)
 
     def lower_context_length(self, context_length: int) -> int:
         """Shrink the window (error recovery: the provider stated a smaller one); returns the new threshold."""

@@ -72,6 +72,9 @@ class ContextEngine(ABC):
     # which callers holding them pass so that nothing is re-tokenized); engines written before it existed
     # leave it False and are never passed any.
     accepts_token_counts: bool = False
+    # True when ``compress`` takes ``ahead_of_need=True``: a compaction started below the threshold, while nobody
+    # waits, which the engine may make cut as one at the threshold would (the next is then as far away).
+    accepts_ahead_of_need: bool = False
     # Which summary template a summarizing engine writes: "task" (an agent at work) or "group" (a group chat's
     # participants, topics, decisions). Engines that write no summaries ignore it.
     summary_template: str = "task"

@@ -8,10 +8,11 @@ threshold — kept between `SOFT_MARK_MIN_SHARE` (75%) and `SOFT_MARK_MAX_SHARE`
 Why so: the soft mark must leave room for the turns that arrive while the summary is written — a summary call
 takes seconds on a hosted model, 20–35 s on a small local one: at a message every 10 s, up to three turns —
 and every turn arriving meanwhile is answered from the context as it stands, so it must still fit. Measured in
-the conversation's own turns, a chat of short lines compacts close to the threshold — as rarely as it did
-before (each compaction frees the room between its result and the next soft mark) — and one of long pastes or
-tool outputs compacts earlier. The floor keeps room for a burst whatever the pace (at 8,192 tokens 75% of the
-threshold leaves ~2,000 tokens before a request no longer fits), and the ceiling a margin above the last turn.
+the conversation's own turns, a chat of short lines compacts close to the threshold and one of long pastes or
+tool outputs earlier — and either as rarely as at the threshold: a compaction ahead of need keeps the tail the
+threshold's would have kept (`agent.compression.plan`: its lead), so it frees the room the threshold's would.
+The floor keeps room for a burst whatever the pace (at 8,192 tokens 75% of the threshold leaves ~2,000 tokens
+before a request no longer fits), and the ceiling a margin above the last turn.
 
 No compaction ahead of need within `min_turns_between` turns of the last one: one that freed too little (or a
 conversation growing fast) must not buy a summary call after every answer. Only the threshold itself — where the

@@ -9,6 +9,13 @@ be a fifth of the threshold, and a compaction that frees room for one turn is pa
 The live message (the last user message) is clipped only when it cannot fit the window beside the system
 prompt, the tool schemas, the room the summary may take and the output reserve; other messages are clipped
 as before, at the share of the threshold that lets the tail's minimum of messages fit.
+
+A compaction ahead of need starts below the threshold, by its **lead** (the tokens the request has left below
+it). Cut with the threshold's tail budget, it would summarize that much less and leave the same result, and
+the next compaction would come the lead's worth of turns sooner — more compactions, each a paid summary call
+and a rewritten prompt cache. So its tail keeps the lead less (down to the tail's minimum of messages) and its
+result must leave the lead more room: it keeps what the threshold's compaction would have kept of the
+messages there are now.
 """
 
 from __future__ import annotations
@@ -17,7 +24,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent.compression.boundaries import Boundaries, find_boundaries, head_size, min_tail_count
+from agent.compression.boundaries import (
+    SOFT_CEILING_FACTOR,
+    Boundaries,
+    find_boundaries,
+    head_size,
+    min_tail_count,
+)
 from agent.compression.clip import ClipResult, clip_limit, clip_oversized
 from agent.compression.escalation import PLANNED_MAX, POST_COMPACTION_SHARE, Escalation, escalation
 from agent.compression.ledger import ledger_cap
@@ -51,6 +64,8 @@ class PlanSettings:
     overhead: int
     # The handoff message's own text (prefix and end marker), in tokens.
     summary_frame: int
+    # Tokens the request has left below the threshold when it is compacted ahead of need (0: at the threshold).
+    lead: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +128,8 @@ def make_plan(messages: Sequence[Mapping[str, Any]], counts: Sequence[int], sett
     head = head_size(clip.messages, settings.protect_first_n, decayed)
     if len(clip.messages) <= head + MIN_GUARD_MESSAGES:
         return CompactionPlan(esc, clip, clipped, None, None, [])
-    tail_budget = int(settings.tail_budget * esc.tail_share)
+    # The tail walk fills up to SOFT_CEILING_FACTOR × its budget: the lead comes off what it keeps.
+    tail_budget = max(0, int(settings.tail_budget * esc.tail_share - settings.lead / SOFT_CEILING_FACTOR))
     min_tail = esc.min_tail or min_tail_count(len(clip.messages), head, settings.protect_last_n)
     protect_from = find_prune_boundary(clip.messages, tail_budget, min_tail, counter, clipped)
     # What the model did since the live message (its tool results) is never pruned, however small the tail.
@@ -134,9 +150,9 @@ def make_plan(messages: Sequence[Mapping[str, Any]], counts: Sequence[int], sett
 def select_plan(messages: Sequence[Mapping[str, Any]], counts: Sequence[int], settings: PlanSettings, level: int,
                 *, decayed: bool, counter: TokenCounter) -> CompactionPlan:
     """The plan at ``level``, or at a higher one (up to the last paid level) when its result would leave too
-    little of the threshold for new turns."""
+    little of the threshold for new turns (the lead more, ahead of need)."""
     plan = make_plan(messages, counts, settings, escalation(level), decayed=decayed, counter=counter)
-    target = settings.threshold_tokens * POST_COMPACTION_SHARE
+    target = settings.threshold_tokens * POST_COMPACTION_SHARE - settings.lead
     while (plan.bounds is not None and plan.escalation.level < PLANNED_MAX
            and plan.predicted_request(settings) > target):
         plan = make_plan(messages, counts, settings, escalation(plan.escalation.level + 1), decayed=decayed,

@@ -83,8 +83,12 @@ def _failure(state: CompressorState, reason: str, abort_on_failure: bool) -> Sum
 
 
 async def _call(provider: Provider, prompt: str, max_tokens: int) -> tuple[str, bool]:
+    # No prompt-cache markers: no later request repeats a summary prompt — the next one summarizes other turns
+    # beside another previous summary — and the part every summary prompt shares (the summarizer's system prompt
+    # and the template, 450–540 tokens) is below the shortest prefix Anthropic caches (1,024 tokens on Sonnet,
+    # 4,096 on Haiku 4.5). A marker would only bill the whole prompt as a cache write, at 1.25× the input price.
     completion = await provider.complete(
-        [{"role": "user", "content": prompt}], system=SUMMARIZER_SYSTEM, max_tokens=max_tokens
+        [{"role": "user", "content": prompt}], system=SUMMARIZER_SYSTEM, max_tokens=max_tokens, cache=False
     )
     return storable_text(clean_summary_output(completion.text)), completion.finish_reason == "length"
 

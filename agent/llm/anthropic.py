@@ -73,7 +73,7 @@ class AnthropicProvider(HttpProvider):
         if request.system:
             messages.append({"role": "system", "content": request.system})
         messages.extend(request.messages)
-        if self.prompt_caching:
+        if self.prompt_caching and request.cache:
             messages = apply_cache_markers(messages, ttl=self.cache_ttl, native_anthropic=True)
         system, converted = to_anthropic_messages(messages)
         body: dict[str, Any] = {

@@ -93,10 +93,13 @@ class Provider(ABC):
         stream: bool = False,
         temperature: float | None = None,
         on_text: TextProgress | None = None,
+        cache: bool = True,
     ) -> Completion:
         """Run one chat completion and return the reply; raise an LLMError on failure.
 
         With ``stream`` the reply arrives over SSE and ``on_text`` (if given) hears its text as it grows.
+        ``cache=False``: a one-off prompt that no later request repeats (a summary call) — no prompt-cache
+        markers, since writing a cache entry costs more than plain input and nothing would read it.
         """
 
     def planned(self) -> ModelLimits | None:

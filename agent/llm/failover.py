@@ -152,17 +152,17 @@ class FailoverProvider(Provider):
     async def complete(self, messages: Sequence[Mapping[str, Any]], *, system: str | None = None,
                        tools: Sequence[Mapping[str, Any]] | None = None, max_tokens: int | None = None,
                        model: str | None = None, stream: bool = False, temperature: float | None = None,
-                       on_text: TextProgress | None = None) -> Completion:
+                       on_text: TextProgress | None = None, cache: bool = True) -> Completion:
         """Complete with the main model first (``model`` is ignored: each model's provider names its own)."""
         completion, _, _ = await self.complete_via(self.main, messages, system=system, tools=tools,
                                                    max_tokens=max_tokens, stream=stream, temperature=temperature,
-                                                   on_text=on_text)
+                                                   on_text=on_text, cache=cache)
         return completion
 
     async def complete_via(self, preferred: ModelRoute, messages: Sequence[Mapping[str, Any]], *,
                            system: str | None = None, tools: Sequence[Mapping[str, Any]] | None = None,
                            max_tokens: int | None = None, stream: bool = False, temperature: float | None = None,
-                           on_text: TextProgress | None = None, reroute: bool = False
+                           on_text: TextProgress | None = None, reroute: bool = False, cache: bool = True
                            ) -> tuple[Completion, ModelRoute, LLMError | None]:
         """Try the models in `order` until one answers; return its completion, the model that answered and
         the failure of ``preferred`` when another one answered in its place.
@@ -181,7 +181,7 @@ class FailoverProvider(Provider):
             try:
                 completion = await route.provider.complete(
                     messages, system=system, tools=tools, max_tokens=max_tokens, stream=stream,
-                    temperature=temperature, on_text=on_text)
+                    temperature=temperature, on_text=on_text, cache=cache)
             except FAILOVER_ERRORS as error:
                 self.cooldowns.failed(route.name)
                 first = first or error
@@ -241,12 +241,12 @@ class ChatFailover(Provider):
     async def complete(self, messages: Sequence[Mapping[str, Any]], *, system: str | None = None,
                        tools: Sequence[Mapping[str, Any]] | None = None, max_tokens: int | None = None,
                        model: str | None = None, stream: bool = False, temperature: float | None = None,
-                       on_text: TextProgress | None = None) -> Completion:
+                       on_text: TextProgress | None = None, cache: bool = True) -> Completion:
         """Complete through the chain, preferred model first (``model`` is ignored), and note the episode."""
         try:
             completion, route, failure = await self.chain.complete_via(
                 self.preferred, messages, system=system, tools=tools, max_tokens=max_tokens, stream=stream,
-                temperature=temperature, on_text=on_text, reroute=True)
+                temperature=temperature, on_text=on_text, reroute=True, cache=cache)
         except Rerouted as rerouted:
             self._rerouted_by = rerouted.failure
             raise

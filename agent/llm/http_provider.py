@@ -32,6 +32,7 @@ class Request:
     stream: bool
     temperature: float | None
     on_text: TextProgress | None = None
+    cache: bool = True  # whether to mark the prompt for the provider's prompt cache (where caching is on)
 
 
 class HttpProvider(Provider):
@@ -109,11 +110,13 @@ class HttpProvider(Provider):
         stream: bool = False,
         temperature: float | None = None,
         on_text: TextProgress | None = None,
+        cache: bool = True,
     ) -> Completion:
         """Run one chat completion, retrying rate limits, timeouts and 5xx within the retry policy."""
         if self._require_api_key and not self._api_key:
             raise AuthError(f"no API key configured for provider {self.name!r}", provider=self.name)
-        request = Request(messages, system, tools, max_tokens, model or self.model, stream, temperature, on_text)
+        request = Request(messages, system, tools, max_tokens, model or self.model, stream, temperature, on_text,
+                          cache)
         return await self._retry.run(lambda: self._complete_once(request), label=f"{self.name} completion")
 
     async def aclose(self) -> None:

@@ -61,7 +61,7 @@ class OpenAICompatProvider(HttpProvider):
         if request.system:
             messages.append({"role": "system", "content": request.system})
         messages.extend(request.messages)
-        if self.prompt_caching:
+        if self.prompt_caching and request.cache:
             messages = apply_cache_markers(messages, ttl=self.cache_ttl, native_anthropic=False)
         keys = (*_MESSAGE_KEYS, "cache_control") if self.prompt_caching else _MESSAGE_KEYS
         body: dict[str, Any] = {

@@ -236,11 +236,13 @@ class AheadCompactions:
         framed = [{"role": "system", "content": job.system_prompt}, *active.messages]
         counts = {"token_counts": [counter.count_message(framed[0]), *active.token_counts]} \
             if getattr(engine, "accepts_token_counts", False) else {}
+        # Cut as the threshold's compaction would, so that the next one is as far away (`agent.compression.plan`).
+        ahead = {"ahead_of_need": True} if getattr(engine, "accepts_ahead_of_need", False) else {}
         engine.set_request_overhead(counter.count_tools(job.schemas))
         engine.on_session_start(job.session_id, framed)
         engine.number_messages(active.watermark - len(active.messages) + 1)
         await before_compaction(engine, job.memory, framed, force=False, notices=None, announce=False, **counts)
-        result = await engine.compress(framed, current_tokens=tokens, **counts)
+        result = await engine.compress(framed, current_tokens=tokens, **counts, **ahead)
         if not result.compressed:
             log.info("compaction ahead of need of session %s did nothing: %s", job.session_id, result.reason)
             if result.aborted:

@@ -329,13 +329,14 @@ class MeteredProvider(Provider):
         stream: bool = False,
         temperature: float | None = None,
         on_text: TextProgress | None = None,
+        cache: bool = True,
     ) -> Completion:
         """Delegate to the inner provider, counting the call, its time and usage (or its failure)."""
         started = time.perf_counter()
         try:
             completion = await self.inner.complete(messages, system=system, tools=tools, max_tokens=max_tokens,
                                                    model=model, stream=stream, temperature=temperature,
-                                                   on_text=on_text)
+                                                   on_text=on_text, cache=cache)
         except LLMError as exc:
             self.metrics.record_summary_call(None, model=model or self.model, seconds=time.perf_counter() - started,
                                              error=type(exc).__name__)

@@ -85,3 +85,8 @@ async def test_a_short_replay_through_the_gateway_measures_waits_cache_and_cost(
     assert on.waited < waiting.waited
     assert on.system_prompts == 1 and on.stable_read == on.compactions and on.max_breakpoints <= 4
     assert on.dollars_per_1000 > 0 and on.first_token_p99 >= on.first_token_p50
+    # The breakdown adds up: in all, and for the summary calls apart (which are sent without cache markers).
+    assert sum(on.split_per_1000) == pytest.approx(on.dollars_per_1000)
+    assert on.summary_dollars_per_1000 > 0
+    assert sum(on.summary_split_per_1000) == pytest.approx(on.summary_dollars_per_1000)
+    assert on.summary_split_per_1000[:2] == (0.0, 0.0)

@@ -73,8 +73,8 @@ class ScriptedProvider(Provider):
     async def complete(self, messages: Sequence[Mapping[str, Any]], *, system: str | None = None,
                        tools: Sequence[Mapping[str, Any]] | None = None, max_tokens: int | None = None,
                        model: str | None = None, stream: bool = False,
-                       temperature: float | None = None) -> Completion:
-        self.calls.append({"messages": list(messages), "system": system, "max_tokens": max_tokens})
+                       temperature: float | None = None, cache: bool = True) -> Completion:
+        self.calls.append({"messages": list(messages), "system": system, "max_tokens": max_tokens, "cache": cache})
         step = self.script.pop(0) if self.script else "## Goal\nok"
         if isinstance(step, Exception):
             raise step

@@ -254,3 +254,25 @@ def test_engine_fields_are_settable_and_gateway_style_state_loads() -> None:
                          "previous_summary": None, "cooldown_until_wall": None, "last_prompt_tokens": -1})
     restored.update_from_response(Usage(prompt_tokens=10))
     assert restored.deferred_to_real_usage and restored.compression_count == 1
+
+
+async def test_a_compaction_ahead_of_need_frees_the_room_the_thresholds_would() -> None:
+    # Below the threshold by its lead: kept as at the threshold, the result would be the same and the next
+    # compaction that much sooner; ahead of need the tail keeps the lead less (the summary is the same size).
+    messages = [system(), *[m for i in range(36) for m in (user(f"question {i} " + "about the lake " * 20),
+                                                         assistant(f"answer {i} " + "noted, and more " * 20))]]
+    compressor = make_compressor()
+    counts = compressor._counter.count_each(messages)
+    lead = compressor.threshold_tokens - sum(counts)
+    assert 600 < lead < compressor.tail_token_budget
+    plain = await make_compressor().compress(messages)
+    ahead = await make_compressor().compress(messages, ahead_of_need=True)
+    assert plain.compressed and ahead.compressed
+    check_invariants(messages, ahead.messages, True)
+    assert ahead.tail_start > plain.tail_start
+    turn = max(counts[1:])
+    assert plain.tokens_after - lead - turn <= ahead.tokens_after <= plain.tokens_after - lead + turn
+    # At the threshold (no lead) it is the compaction it always was.
+    over = [*messages, user("one more " + "about the lake " * 20), assistant("noted " * 1200)]
+    assert (await make_compressor().compress(over, ahead_of_need=True)).messages == \
+        (await make_compressor().compress(over)).messages

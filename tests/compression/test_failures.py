@@ -143,6 +143,13 @@ async def test_secrets_are_redacted_before_the_call_and_after() -> None:
     assert "LEAKED" not in summary and "hunter22" not in summary and summary.count("[REDACTED]") == 2
 
 
+async def test_the_summary_call_asks_for_no_prompt_cache_markers() -> None:
+    # No later request repeats a summary prompt: a marker would only bill it as a cache write (1.25× input).
+    provider = ScriptedProvider([GOOD])
+    out = await make_compressor(summary_provider=provider).compress(coding_session(20))
+    assert out.summary_kind == "llm" and [call["cache"] for call in provider.calls] == [False]
+
+
 async def test_a_middle_larger_than_the_summary_window_is_summarized_in_parts() -> None:
     provider = ScriptedProvider([f"## Goal\npart {i} summary" for i in range(1, 5)])
     compressor = make_compressor(context_length=60_000, summary_context_length=45_000, summary_provider=provider)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from agent.compression.escalation import PLANNED_MAX, POST_COMPACTION_SHARE, escalation
 from agent.compression.plan import PlanSettings, live_limit, make_plan, select_plan
 from agent.compression.threshold import compute_threshold_tokens, output_reserve, tail_token_budget
@@ -62,3 +64,37 @@ def test_what_the_model_did_since_the_live_message_is_never_pruned() -> None:
                      counter=COUNTER)
     assert plan.pruned is not None and plan.pruned.messages[live:] == session[live:]
     assert plan.bounds is not None and plan.bounds.tail_start == live
+
+
+def test_a_compaction_ahead_of_need_keeps_the_lead_less_tail_and_leaves_the_lead_more_room() -> None:
+    settings = _settings(32_768)
+    messages = _chat(60, 60)
+    counts = COUNTER.count_each(messages)
+    at_threshold = make_plan(messages, counts, settings, escalation(0), decayed=True, counter=COUNTER)
+    lead = 1_000
+    ahead = make_plan(messages, counts, dataclasses.replace(settings, lead=lead), escalation(0), decayed=True,
+                      counter=COUNTER)
+    assert at_threshold.bounds is not None and ahead.bounds is not None
+    kept = sum(at_threshold.work_counts[at_threshold.bounds.tail_start:])
+    kept_ahead = sum(ahead.work_counts[ahead.bounds.tail_start:])
+    # The tail walk stops at the first message past its (soft) budget: within a message of the lead less.
+    turn = max(counts[1:])
+    assert kept - lead - 2 * turn <= kept_ahead <= kept - lead + 2 * turn
+    assert ahead.middle_tokens > at_threshold.middle_tokens
+    # A lead larger than the tail budget leaves the tail its minimum of messages, never none.
+    whole = make_plan(messages, counts, dataclasses.replace(settings, lead=10 * settings.tail_budget), escalation(0),
+                      decayed=True, counter=COUNTER)
+    assert whole.bounds is not None and len(messages) - whole.bounds.tail_start >= 3
+
+
+def test_ahead_of_need_the_plan_escalates_when_its_result_would_not_leave_the_lead_more_room() -> None:
+    settings = _settings(32_768)
+    messages = _chat(60, 60)
+    counts = COUNTER.count_each(messages)
+    plan = select_plan(messages, counts, settings, 0, decayed=True, counter=COUNTER)
+    assert plan.escalation.level == 0
+    room = settings.threshold_tokens * POST_COMPACTION_SHARE - plan.predicted_request(settings)
+    # A lead the smaller tail cannot make up for (its minimum of messages stays): one level higher.
+    lead = int(room) + 2 * settings.tail_budget
+    ahead = dataclasses.replace(settings, lead=lead)
+    assert select_plan(messages, counts, ahead, 0, decayed=True, counter=COUNTER).escalation.level == 1

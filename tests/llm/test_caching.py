@@ -115,3 +115,16 @@ async def test_openrouter_claude_sends_markers_plain_openai_does_not(fake_llm: F
     await make_provider("openai").complete(SIX[1:], system="sys")
     assert count_cache_markers(fake_llm.last_request.json["messages"]) == 0
     assert fake_llm.last_request.json["messages"][0] == {"role": "system", "content": "sys"}
+
+
+async def test_a_one_off_prompt_is_sent_without_markers(fake_llm: FakeLLMServer, make_provider: MakeProvider) -> None:
+    # cache=False (a summary call): nothing later repeats the prompt, so no marker bills it as a cache write.
+    await make_provider("anthropic").complete(SIX[1:], system="sys", cache=False)
+    body = fake_llm.last_request.json
+    assert body["system"] == [{"type": "text", "text": "sys"}]
+    assert not any("cache_control" in b for m in body["messages"] for b in m["content"])
+    router = make_provider("openai", name="openrouter", model="anthropic/claude-sonnet-4")
+    await router.complete(SIX[1:], system="sys", cache=False)
+    assert count_cache_markers(fake_llm.last_request.json["messages"]) == 0
+    await router.complete(SIX[1:], system="sys")  # the chat's requests keep theirs
+    assert count_cache_markers(fake_llm.last_request.json["messages"]) == 4
