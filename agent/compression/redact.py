@@ -38,16 +38,23 @@ def apply_rule(rule: Rule, text: str) -> str:
     return _redact_matches(rule, text, rule.pattern.finditer(haystack))
 
 
-def _starts_of(rule: Rule) -> re.Pattern[str]:
-    """Finds every position where one of the gates of ``rule`` starts, overlapping ones included."""
-    return re.compile("(?=" + "|".join(re.escape(gate) for gate in rule.gates) + ")")
+def _gate_starts(gates: Sequence[str], haystack: str) -> list[int]:
+    """Every position where one of ``gates`` starts in ``haystack``, overlapping ones included, in order.
+
+    One substring search per gate (a lookahead alternation tried at every position is ten times slower)."""
+    found: set[int] = set()
+    for gate in gates:
+        at = haystack.find(gate)
+        while at >= 0:
+            found.add(at)
+            at = haystack.find(gate, at + 1)
+    return sorted(found)
 
 
-def _anchored_matches(rule: Rule, starts: re.Pattern[str], haystack: str) -> Iterator[re.Match[str]]:
+def _anchored_matches(rule: Rule, haystack: str) -> Iterator[re.Match[str]]:
     """What ``finditer`` finds, trying only the positions where a gate starts (and none inside a match)."""
     end = 0
-    for start in starts.finditer(haystack):
-        at = start.start()
+    for at in _gate_starts(rule.gates, haystack):
         if at < end:
             continue
         match = rule.pattern.match(haystack, at)
@@ -74,8 +81,6 @@ def _redact_matches(rule: Rule, text: str, matches: Iterable[re.Match[str]]) -> 
 
 
 _GROUPS = {rule.name: [g for g in _SECRET_GROUPS if g in rule.pattern.groupindex] for rule in RULES}
-# Per rule: for anchored rules the finder of their start positions.
-_PLANS = [(rule, _starts_of(rule) if rule.anchored else None) for rule in RULES]
 _SHORT_GATE = 2
 
 
@@ -148,7 +153,7 @@ def _redact_readable(text: str) -> str:
     folded: str | None = fold_ascii(text)
     gated = _PLAIN_GATES.rules_in(text) | _FOLDED_GATES.rules_in(folded)
     for index in sorted(gated):  # rule order; a short text gates few of the rules, most gate none
-        rule, starts = _PLANS[index]
+        rule = RULES[index]
         if rule.folded:
             if folded is None:
                 folded = fold_ascii(text)
@@ -157,8 +162,8 @@ def _redact_readable(text: str) -> str:
             haystack = text
         if rule.prefilter is not None and rule.prefilter.search(haystack) is None:
             continue
-        if starts is not None:
-            matches: Iterable[re.Match[str]] = _anchored_matches(rule, starts, haystack)
+        if rule.anchored:
+            matches: Iterable[re.Match[str]] = _anchored_matches(rule, haystack)
         elif rule.pattern.search(haystack) is None:  # the common case, without building an iterator
             continue
         else:
