@@ -37,13 +37,17 @@ _CACHE: LruCache[tuple[Any, ...], Block] = LruCache(BLOCK_CACHE_ENTRIES, weigh=l
 
 def block_key(message: Message, encoding: str) -> tuple[Any, ...]:
     """What ``serialize_message(message)`` and the block's count under ``encoding`` depend on, hashable."""
-    name = message.get("name")
-    calls = []
-    for call in tool_calls_of(message):
-        fn: Mapping[str, Any] = call.get("function") or {}
-        calls.append((str(fn.get("name", "?")), text_key(str(fn.get("arguments") or ""))))
-    return (encoding, str(message.get("role") or "unknown"), str(name) if name else None,
-            text_key(content_text(message)), has_image(message), tuple(calls))
+    name, content = message.get("name"), message.get("content")
+    if isinstance(content, str):  # the common case, without the general helpers' work
+        text, image = content, False
+    else:
+        text, image = content_text(message), has_image(message)
+    calls: tuple[tuple[str, str | bytes], ...] = ()
+    if message.get("tool_calls"):
+        fns: list[Mapping[str, Any]] = [call.get("function") or {} for call in tool_calls_of(message)]
+        calls = tuple((str(fn.get("name", "?")), text_key(str(fn.get("arguments") or ""))) for fn in fns)
+    return (encoding, str(message.get("role") or "unknown"), str(name) if name else None, text_key(text), image,
+            calls)
 
 
 def summary_block(message: Message, counter: TokenCounter) -> Block:
