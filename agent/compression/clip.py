@@ -123,13 +123,15 @@ def clip_oversized(messages: Sequence[Mapping[str, Any]], limit: int, counter: T
         cap = live_limit if i == live and live_limit is not None else limit
         if size > cap:
             content = copy.get("content")
-            if isinstance(content, str) and not copy.get("tool_calls"):
-                # Its text is all its count holds besides the framing: neither the text nor the clipped copy
-                # is tokenized again (the copy's count is remembered for the planning after clipping).
-                text = clip_text_counted(content, cap, counter, tokens=size - counter.framing(copy))
+            if isinstance(content, str):
+                # Without calls, its text is all its count holds besides the framing: neither the text nor the
+                # clipped copy is tokenized again (the copy's count is remembered for the planning after it).
+                plain = not copy.get("tool_calls")
+                text = clip_text_counted(content, cap, counter, tokens=size - counter.framing(copy) if plain else None)
                 if text is not None:
                     copy["content"] = text[0]
-                    counter.count_message_with_text(copy, text[1])
+                    if plain:
+                        counter.count_message_with_text(copy, text[1])
                     clipped += 1
             else:
                 content = _clipped_content(content, cap, counter)

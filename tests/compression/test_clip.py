@@ -45,10 +45,13 @@ def test_a_clipped_texts_count_is_its_exact_count_and_a_known_count_spares_the_w
 def test_clipped_messages_are_the_same_with_counts_given_and_their_counts_are_exact() -> None:
     huge = _prose(12_000)
     messages = [system("sys"), {**user(huge), "name": "bob"}, call("c1", "terminal", {"cmd": huge[:9_000]}),
-                result("c1", huge), assistant(huge), user([{"type": "text", "text": huge}])]
+                result("c1", huge), assistant(huge), user([{"type": "text", "text": huge}]),
+                call("c2", "terminal", {"cmd": "ls"}, text=huge), result("c2", "ok")]
     counter = TokenCounter()
     given = clip_oversized(messages, 2_000, counter, counter.count_each(messages))
-    assert given == clip_oversized(messages, 2_000, TokenCounter()) and given.clipped == 4
+    assert given == clip_oversized(messages, 2_000, TokenCounter()) and given.clipped == 5
+    # A call's own text is clipped like any other (its count holds the calls as well).
+    assert is_clip_of(huge, given.messages[6]["content"])
     # The counts the clipping remembered for its copies are what a fresh counter finds.
     fresh = TokenCounter()
     assert counter.count_each(given.messages) == [fresh.count_message(m) for m in given.messages]
