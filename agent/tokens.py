@@ -167,14 +167,25 @@ class TokenCounter:
         """Tokens in plain text (special-token strings are counted as ordinary text)."""
         return len(self._enc.encode_ordinary(text)) if text else 0
 
-    def _uncached_message(self, message: Mapping[str, Any]) -> int:
+    def framing(self, message: Mapping[str, Any]) -> int:
+        """What a message costs besides its text (`message_text`): framing, role, name, per-call overhead and
+        images. A message's count is always its framing plus its text's count."""
         tokens = _MESSAGE_OVERHEAD + self.count_text(str(message.get("role") or ""))
         if message.get("name"):
             tokens += 1 + self.count_text(str(message["name"]))
-        tokens += self.count_text(message_text(message))
         tokens += _TOOL_CALL_OVERHEAD * len(message.get("tool_calls") or ())
         tokens += IMAGE_TOKENS * _image_count(message)
         return tokens
+
+    def _uncached_message(self, message: Mapping[str, Any]) -> int:
+        return self.framing(message) + self.count_text(message_text(message))
+
+    def count_message_with_text(self, message: Mapping[str, Any], text_tokens: int) -> int:
+        """`count_message` of ``message`` whose text (`message_text`) the caller has just counted: ``text_tokens``
+        tokens (a clipped copy, whose clipping measured it). Remembered like a counted message."""
+        value = self.framing(message) + text_tokens
+        self._cache.put(count_key(message), value)
+        return value
 
     def count_message(self, message: Mapping[str, Any]) -> int:
         """Exact tokens of one chat message including framing, tool calls and a flat cost per image."""

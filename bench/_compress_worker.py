@@ -12,9 +12,10 @@ alone, per compression a digest of what it produced (messages, summary kind, tok
 prompt on the LLM path), so two revisions' outputs can be compared without shipping them, and the seconds
 spent in each stage of the pipeline (`STAGES`, timed by wrapping the compressor's methods).
 
-Warm and cold are what a gateway process holds. Warm: it stored these messages, so it has counted them and,
-where the revision has `remember_facts`, found their evidence facts (both untimed, as the gateway does them
-off the answer's path). Cold: it has just restarted: no count and no fact in memory, the store's counts
+Warm and cold are what a gateway process holds. Warm: it stored these messages, so it has counted them and
+handed them to the engine's ``on_messages_stored`` where the revision has it (its evidence facts and summary
+blocks prepared; else ``remember_facts`` where the revision has that), untimed, as the gateway does it off
+the answer's path. Cold: it has just restarted: no count, no fact and no block in memory, the store's counts
 handed over.
 """
 
@@ -24,6 +25,7 @@ import asyncio
 import datetime
 import gc
 import hashlib
+import importlib
 import json
 import pickle
 import sys
@@ -39,37 +41,69 @@ SUMMARY = "\n".join(
                   "Historical Pending User Asks", "Relevant Files", "Historical Remaining Work", "Critical Context")
 )
 TODAY = datetime.date(2026, 7, 1)
-# Stage → the ContextCompressor method that runs it (a stage's time excludes the stages it calls).
-STAGES = {"ledger": "_ledger", "summary prompt": "_summary_prompt", "prune and boundaries": "_plan",
-          "clipping": "_clip", "clipped counts": "_clipped_counts", "input counts": "_input_counts",
-          "assembly": "_assemble", "static summary": "_static_body"}
+# Stage → what runs it, in either layout of the compressor: the methods of the one-class compressor
+# (``ContextCompressor._plan`` …) and the module functions its split version calls (``module:name``, or
+# ``module:Class.name``). What a revision lacks is skipped; a stage's time excludes the stages it calls.
+STAGES = {
+    "ledger": ("agent.compression.compressor:ContextCompressor._ledger", "agent.compression.compressor:middle_ledger",
+               "agent.compression.ledger:Ledger.merge"),
+    "summary prompt": ("agent.compression.compressor:ContextCompressor._summary_prompt",
+                       "agent.compression.summary_job:SummaryJob.split",
+                       "agent.compression.summary_job:SummaryJob.request"),
+    "prune and boundaries": ("agent.compression.compressor:ContextCompressor._plan", "agent.compression.plan:make_plan"),
+    "clipping": ("agent.compression.compressor:ContextCompressor._clip", "agent.compression.plan:_clip"),
+    "clipped counts": ("agent.compression.compressor:ContextCompressor._clipped_counts",
+                       "agent.compression.plan:_recounted"),
+    "input counts": ("agent.compression.compressor:ContextCompressor._input_counts",
+                     "agent.compression.compressor:input_counts"),
+    "assembly": ("agent.compression.compressor:ContextCompressor._assemble",
+                 "agent.compression.compressor:assemble_counted"),
+    "static summary": ("agent.compression.compressor:ContextCompressor._static_body",),
+}
 
 
 def _digest(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()[:16]
 
 
-def _timed_stages(cls: type, spent: dict[str, float]) -> None:
-    """Wrap the stage methods of ``cls`` that this revision has so that each adds its own time to ``spent``."""
+def _owner(target: str) -> tuple[Any, str] | None:
+    """The object holding ``target``'s attribute and the attribute's name (None when the revision lacks it)."""
+    module_name, _, dotted = target.partition(":")
+    try:
+        owner: Any = importlib.import_module(module_name)
+    except ImportError:
+        return None
+    *path, name = dotted.split(".")
+    for part in path:
+        owner = getattr(owner, part, None)
+    return (owner, name) if owner is not None and hasattr(owner, name) else None
+
+
+def _timed_stages(spent: dict[str, float]) -> None:
+    """Wrap what runs each stage in this revision so that each adds its own time to ``spent``."""
     inner: list[float] = []  # per running stage, the time of the stages it called
 
-    for stage, name in STAGES.items():
-        method = getattr(cls, name, None)
-        if method is None:
-            continue
+    for stage, targets in STAGES.items():
+        for target in targets:
+            found = _owner(target)
+            if found is None:
+                continue
+            owner, name = found
+            method = getattr(owner, name)
 
-        def timed(*args: Any, _method: Any = method, _stage: str = stage, **kwargs: Any) -> Any:
-            started = time.perf_counter()
-            inner.append(0.0)
-            try:
-                return _method(*args, **kwargs)
-            finally:
-                elapsed = time.perf_counter() - started
-                spent[_stage] = spent.get(_stage, 0.0) + elapsed - inner.pop()
-                if inner:
-                    inner[-1] += elapsed
+            def timed(*args: Any, _method: Any = method, _stage: str = stage, **kwargs: Any) -> Any:
+                started = time.perf_counter()
+                inner.append(0.0)
+                try:
+                    return _method(*args, **kwargs)
+                finally:
+                    elapsed = time.perf_counter() - started
+                    spent[_stage] = spent.get(_stage, 0.0) + elapsed - inner.pop()
+                    if inner:
+                        inner[-1] += elapsed
 
-        setattr(cls, name, staticmethod(timed) if isinstance(cls.__dict__.get(name), staticmethod) else timed)
+            static = isinstance(owner, type) and isinstance(owner.__dict__.get(name), staticmethod)
+            setattr(owner, name, staticmethod(timed) if static else timed)
 
 
 def serve(cases_path: str) -> None:
@@ -80,11 +114,17 @@ def serve(cases_path: str) -> None:
     from agent.llm.base import Completion, Provider
     from agent.tokens import get_counter
 
-    # This change's per-message facts: what a restarted process has lost, what the gateway finds on storing.
+    # What a restarted process has lost: the per-message facts and summary blocks, where the revision keeps them.
+    try:
+        from agent.compression.blocks import clear_block_cache
+    except ImportError:
+        clear_block_cache = lambda: None  # noqa: E731
     clear_facts = getattr(evidence, "clear_fact_cache", lambda: None)
     remember_facts = getattr(evidence, "remember_facts", lambda messages: None)
+    # What the gateway does with the messages it stores: the engine's hook where the revision has one.
+    stored = getattr(ContextCompressor, "on_messages_stored", None)
     spent: dict[str, float] = {}
-    _timed_stages(ContextCompressor, spent)
+    _timed_stages(spent)
 
     class InstantSummary(Provider):
         """A summary model that answers at once with `SUMMARY` and remembers the prompt it was sent."""
@@ -121,10 +161,14 @@ def serve(cases_path: str) -> None:
             if cold:
                 counter._cache.clear()  # none of these messages was counted in this process
                 clear_facts()
+                clear_block_cache()
             else:
                 for message in messages:  # the agent's ledger has counted them already
                     counter.count_message(message)
-                remember_facts(messages)
+                if stored is not None:
+                    compressor.on_messages_stored(messages)
+                else:
+                    remember_facts(messages)
             kwargs = {"token_counts": counts} if cold and takes_counts else {}
             started = time.perf_counter()
             result = loop.run_until_complete(compressor.compress(messages, force=True, **kwargs))

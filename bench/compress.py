@@ -22,10 +22,11 @@ of ``--rounds`` (≥ 7) is kept. Old/new ratios are the figures to read on a noi
 reports a digest of every compression's output (messages, token figures, summary prompt), and the table
 says whether both revisions produced the same.
 
-Warm and cold also cover the evidence facts where a revision keeps them per message: warm, the worker has
-found them as the gateway does when it stores messages (untimed); cold, it has none. The stage profile at
-the end gives each stage's share of the LLM path's time (summed over the timed rounds; timers wrap the
-compressor's stage methods, each stage's own time), for both revisions.
+Warm and cold also cover what a revision keeps per message (evidence facts, summary blocks): warm, the
+worker has handed the messages to the engine as the gateway does when it stores them (untimed); cold, it has
+none of it. The stage profile at the end gives each stage's share of the LLM path's time (summed over the
+timed rounds; timers wrap what runs each stage — the compressor's stage methods, or the functions the split
+compressor calls — each stage's own time), for both revisions.
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ from typing import Any
 
 from agent.tokens import TokenCounter
 
-__all__ = ["CLIP_THRESHOLD_SHARE", "TAIL_THRESHOLD_SHARE", "ClipResult", "clip_limit", "clip_marker", "clip_oversized", "clip_text"]
+__all__ = ["CLIP_THRESHOLD_SHARE", "TAIL_THRESHOLD_SHARE", "ClipResult", "clip_limit", "clip_marker", "clip_oversized",
+           "clip_text", "clip_text_counted"]
 
 # A message may hold this share of the compression threshold; the rest is for everything else in the request.
 CLIP_THRESHOLD_SHARE = 0.30
@@ -59,7 +60,17 @@ def clip_text(text: str, limit: int, counter: TokenCounter,
               marker: Callable[[int, int], str] = clip_marker) -> str | None:
     """``text`` clipped to about ``limit`` tokens (head and tail kept), or None when it already fits;
     ``marker(cut_chars, cut_tokens)`` says what was cut (by default: a stored message's middle)."""
-    tokens = counter.count_text(text)
+    clipped = clip_text_counted(text, limit, counter, marker)
+    return None if clipped is None else clipped[0]
+
+
+def clip_text_counted(text: str, limit: int, counter: TokenCounter, marker: Callable[[int, int], str] = clip_marker,
+                      *, tokens: int | None = None) -> tuple[str, int] | None:
+    """`clip_text`, with the clipped text's token count (each try is counted to see that it fits, so the
+    count comes free). ``tokens``: the count of ``text``, when the caller holds it (a message's count less its
+    framing) — a long text is then never tokenized whole."""
+    if tokens is None:
+        tokens = counter.count_text(text)
     if tokens <= limit:
         return None
     chars_per_token = len(text) / tokens
@@ -70,15 +81,15 @@ def clip_text(text: str, limit: int, counter: TokenCounter,
         cut = len(text) - head - tail
         note = marker(cut, max(tokens - limit, 1))
         clipped = text[:head] + note + (text[-tail:] if tail else "")
-        if counter.count_text(clipped) <= limit:
-            return clipped
+        size = counter.count_text(clipped)
+        if size <= limit:
+            return clipped, size
         keep = int(keep * 0.8)
-    return marker(len(text), tokens).strip()
+    note = marker(len(text), tokens).strip()
+    return note, counter.count_text(note)
 
 
 def _clipped_content(content: Any, limit: int, counter: TokenCounter) -> Any | None:
-    if isinstance(content, str):
-        return clip_text(content, limit, counter)
     if not isinstance(content, list):
         return None
     changed = False
@@ -111,9 +122,21 @@ def clip_oversized(messages: Sequence[Mapping[str, Any]], limit: int, counter: T
         size = counts[i] if counts is not None else counter.count_message(copy)
         cap = live_limit if i == live and live_limit is not None else limit
         if size > cap:
-            content = _clipped_content(copy.get("content"), cap, counter)
-            if content is not None:
-                copy["content"] = content
-                clipped += 1
+            content = copy.get("content")
+            if isinstance(content, str):
+                # Without calls, its text is all its count holds besides the framing: neither the text nor the
+                # clipped copy is tokenized again (the copy's count is remembered for the planning after it).
+                plain = not copy.get("tool_calls")
+                text = clip_text_counted(content, cap, counter, tokens=size - counter.framing(copy) if plain else None)
+                if text is not None:
+                    copy["content"] = text[0]
+                    if plain:
+                        counter.count_message_with_text(copy, text[1])
+                    clipped += 1
+            else:
+                content = _clipped_content(content, cap, counter)
+                if content is not None:
+                    copy["content"] = content
+                    clipped += 1
         out.append(copy)
     return ClipResult(out, clipped)

@@ -35,6 +35,7 @@ from typing import Any
 
 from agent.compression.accounting import assemble_counted, helped, input_counts, kept_counts, middle_ledger
 from agent.compression.assemble import sanitize_tool_pairs, strip_historical_media
+from agent.compression.blocks import remember_blocks
 from agent.compression.boundaries import Boundaries
 from agent.compression.clip import ClipResult
 from agent.compression.compressor_window import CompressorWindow
@@ -184,9 +185,11 @@ class ContextCompressor(CompressorStateView, CompressorWindow, ContextEngine):
         self._first_seq = first_seq
 
     def on_messages_stored(self, messages: Sequence[Mapping[str, Any]]) -> None:
-        """Find the evidence facts of ``messages`` now, so that the compaction that summarizes them only
-        assembles them (a message's facts never change; they are kept in a bounded in-process cache)."""
+        """Find the evidence facts of ``messages`` and their blocks of the summary prompt now, so that the
+        compaction that summarizes them only assembles them (neither ever changes; both are kept in bounded
+        in-process caches)."""
         remember_facts(messages)
+        remember_blocks(messages, self._counter)
 
     def record_ineffective(self) -> None:
         """Count a compression that did not help although it saved tokens (overflow recovery whose retry

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agent.compression.clip import clip_text
+from agent.compression.blocks import summary_block
+from agent.compression.clip import clip_text_counted
 from agent.compression.messages import Message
-from agent.compression.summary import serialize_message
 from agent.tokens import TokenCounter
 
 __all__ = ["MAX_PARTS", "SummaryParts", "serialize_parts"]
@@ -48,11 +48,12 @@ def serialize_parts(messages: Sequence[Message], part_limit: int, counter: Token
     blocks: list[tuple[str, int]] = []
     used = 0
     for message in reversed(messages):
-        block = serialize_message(message)
-        cost = counter.count_text(block) + BLOCK_SEPARATOR_TOKENS
+        block, tokens = summary_block(message, counter)
+        cost = tokens + BLOCK_SEPARATOR_TOKENS
         if cost > part_limit:  # one message larger than a whole prompt: its head and tail, with a note
-            block = clip_text(block, part_limit - BLOCK_SEPARATOR_TOKENS, counter) or block
-            cost = counter.count_text(block) + BLOCK_SEPARATOR_TOKENS
+            clipped = clip_text_counted(block, part_limit - BLOCK_SEPARATOR_TOKENS, counter, tokens=tokens)
+            if clipped is not None:
+                block, cost = clipped[0], clipped[1] + BLOCK_SEPARATOR_TOKENS
         if blocks and used + cost > part_limit * max_parts:
             break
         blocks.append((block, cost))

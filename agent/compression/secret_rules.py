@@ -327,8 +327,9 @@ RULES: tuple[Rule, ...] = (
     _rule("aws_access_key_id", r"\b(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b", _AWS_KEY_ID),
     _rule("google", r"\b(?:AIza[0-9A-Za-z_\-]{35}|GOCSPX-[A-Za-z0-9_\-]{20,}|ya29\.[0-9A-Za-z_\-]{20,})",
           ("AIza", "GOCSPX-", "ya29.")),
-    # Matched from the colon (a literal the regex engine finds fast); the numeric bot id before it is public.
-    _rule("telegram_bot_token", r"(?<=[0-9]{6}):[A-Za-z0-9_\-]{30,}", (":",)),
+    # Matched from the colon (a literal the regex engine finds fast: the pattern starts with it, the digits
+    # before it are a lookbehind after it); the numeric bot id before it is public.
+    _rule("telegram_bot_token", r":(?<=[0-9]{6}:)[A-Za-z0-9_\-]{30,}", (":",)),
     _rule("jwt", r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}", ("eyJ",)),
     _rule("discord_bot_token", r"\b[MNO][A-Za-z0-9_\-]{23,27}\.[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{27,40}\b", (".",),
           prefilter=r"\.[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{27}"),

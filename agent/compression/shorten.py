@@ -25,6 +25,9 @@ def shorten_summary(body: str, budget: int, counter: TokenCounter, *, cut_off: b
     lines: list[str | None] = list(body.rstrip().split("\n"))
     if cut_off and len(lines) > 1:
         lines.pop()
+    # A token covers at least one byte: a body whose bytes (and line breaks) fit the budget fits it counted.
+    if sum(len(line.encode("utf-8", "surrogatepass")) + 1 for line in lines if line is not None) <= budget:
+        return "\n".join(line or "" for line in lines).strip()
     costs = [counter.count_text(line) + 1 if line else 1 for line in lines]
     total = sum(costs)
     if total <= budget:

@@ -8,10 +8,10 @@ import json
 from pathlib import Path
 
 from agent.compression.cli import run_compress_command
-from agent.compression.clip import clip_limit, clip_oversized, clip_text
+from agent.compression.clip import clip_limit, clip_oversized, clip_text, clip_text_counted
 from agent.compression.compressor import ContextCompressor
-from agent.tokens import get_counter
-from tests.compression.helpers import ScriptedProvider, assistant, is_clip_of, system, user
+from agent.tokens import TokenCounter, get_counter
+from tests.compression.helpers import ScriptedProvider, assistant, call, is_clip_of, result, system, user
 
 COUNTER = get_counter()
 
@@ -28,6 +28,33 @@ def test_a_text_over_the_limit_keeps_head_and_tail_with_a_marker() -> None:
     assert "characters (about " in clipped and "The whole message is stored" in clipped
     assert clip_text(clipped, 1_000, COUNTER) is None  # a clipped text fits: never clipped twice
     assert clip_text("short", 1_000, COUNTER) is None
+
+
+def test_a_clipped_texts_count_is_its_exact_count_and_a_known_count_spares_the_whole_text() -> None:
+    text = _prose(20_000)
+    clipped, tokens = clip_text_counted(text, 1_000, COUNTER) or ("", 0)
+    assert clipped == clip_text(text, 1_000, COUNTER) and tokens == COUNTER.count_text(clipped)
+    counter = TokenCounter()
+    seen: list[str] = []
+    real = counter.count_text
+    counter.count_text = lambda t: seen.append(t) or real(t)  # type: ignore[method-assign]
+    assert clip_text_counted(text, 1_000, counter, tokens=COUNTER.count_text(text)) == (clipped, tokens)
+    assert text not in seen
+
+
+def test_clipped_messages_are_the_same_with_counts_given_and_their_counts_are_exact() -> None:
+    huge = _prose(12_000)
+    messages = [system("sys"), {**user(huge), "name": "bob"}, call("c1", "terminal", {"cmd": huge[:9_000]}),
+                result("c1", huge), assistant(huge), user([{"type": "text", "text": huge}]),
+                call("c2", "terminal", {"cmd": "ls"}, text=huge), result("c2", "ok")]
+    counter = TokenCounter()
+    given = clip_oversized(messages, 2_000, counter, counter.count_each(messages))
+    assert given == clip_oversized(messages, 2_000, TokenCounter()) and given.clipped == 5
+    # A call's own text is clipped like any other (its count holds the calls as well).
+    assert is_clip_of(huge, given.messages[6]["content"])
+    # The counts the clipping remembered for its copies are what a fresh counter finds.
+    fresh = TokenCounter()
+    assert counter.count_each(given.messages) == [fresh.count_message(m) for m in given.messages]
 
 
 def test_every_role_but_system_is_clipped_and_the_input_is_untouched() -> None:

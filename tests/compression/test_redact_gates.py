@@ -15,7 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.compression.redact import _FOLDED_GATES, _PLAIN_GATES, redact_secrets
+from agent.compression import secret_gates
+from agent.compression.redact import redact_secrets
+from agent.compression.secret_gates import gates_present
 from agent.compression.secret_rules import RULES, fold_ascii
 from bench._redaction_corpus import negatives, planted_secrets, positives
 from bench.corpus import corpus_dir, iter_transcripts
@@ -86,10 +88,19 @@ def test_labelled_and_real_corpus_lines() -> None:
         assert redact_secrets(line) == redact_ungated(line), line[:120]
 
 
-def test_the_one_pass_gate_scan_finds_every_gate_of_every_rule() -> None:
+@pytest.mark.parametrize("one_pass", [pytest.param(True, marks=pytest.mark.skipif(
+    secret_gates._HYPERSCAN is None, reason="hyperscan is not available on this machine")), False],
+    ids=["hyperscan", "aho-corasick"])
+def test_the_gate_scan_finds_every_gate_of_every_rule(one_pass: bool) -> None:
     for index, rule in enumerate(RULES):
-        scan = _FOLDED_GATES if rule.folded else _PLAIN_GATES
         for gate in rule.gates:
-            text = f"a {gate}b"
-            assert index in scan.rules_in(fold_ascii(text) if rule.folded else text), (rule.name, gate)
-    assert _PLAIN_GATES.rules_in("nothing to see here") == set()
+            text = f"a {gate.upper() if rule.folded else gate}b"
+            assert gate in gates_present(text, one_pass=one_pass).get(index, ()), (rule.name, gate)
+    assert gates_present("nothing to see here", one_pass=one_pass) == {}
+
+
+@pytest.mark.skipif(secret_gates._HYPERSCAN is None, reason="hyperscan is not available on this machine")
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(generated)
+def test_both_gate_scans_find_the_same_gates(text: str) -> None:
+    assert gates_present(text, one_pass=True) == gates_present(text, one_pass=False)

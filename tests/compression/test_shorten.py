@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agent.compression.shorten import shorten_summary
-from agent.tokens import get_counter
+from agent.tokens import TokenCounter, get_counter
 
 COUNTER = get_counter()
 BODY = "\n".join([
@@ -15,6 +15,17 @@ BODY = "\n".join([
 
 def test_a_summary_within_its_budget_is_kept_as_it_is() -> None:
     assert shorten_summary(BODY, 10_000, COUNTER) == BODY
+
+
+def test_a_summary_whose_bytes_fit_the_budget_is_not_tokenized_and_one_just_over_them_is() -> None:
+    counter = TokenCounter()
+    seen: list[str] = []
+    real = counter.count_text
+    counter.count_text = lambda t: seen.append(t) or real(t)  # type: ignore[method-assign]
+    fits = len(BODY.encode()) + 1  # every line's bytes and one break each
+    assert shorten_summary(BODY, fits, counter) == BODY and seen == []
+    # One byte short of the bound: counted line by line (and kept: tokens are far fewer than bytes).
+    assert shorten_summary(BODY, fits - 1, counter) == BODY and seen
 
 
 def test_the_longest_section_loses_its_last_lines_first_and_every_header_stays() -> None:
