@@ -15,19 +15,16 @@ finds nothing would change nothing), and for a rule whose matches start at a gat
 
 from __future__ import annotations
 
-import logging
-import threading
 from collections.abc import Sequence
 
 import ahocorasick
 
+from agent.compression.pattern_set import PatternSet
 from agent.compression.secret_rules import RULES, Rule, fold_ascii
 
 __all__ = ["gates_present"]
 
 Found = dict[int, set[str]]
-
-log = logging.getLogger(__name__)
 
 _SHORT_GATE = 2
 
@@ -66,62 +63,29 @@ def _literal(gate: str) -> bytes:
     return "".join(f"\\x{byte:02x}" for byte in gate.encode("utf-8")).encode()
 
 
-def _on_match(gate: int, start: int, end: int, flags: int, found: list[int]) -> None:
-    found.append(gate)  # each gate reports once (HS_FLAG_SINGLEMATCH)
-
-
 class _HyperscanGates:
     """Every gate of every rule in one Hyperscan pass over the text's bytes."""
 
-    def __init__(self, database: object, gates: list[tuple[int, str]]) -> None:
-        self._database = database
-        self._gates = gates  # expression id → its rule's index and the gate
-        self._local = threading.local()
+    def __init__(self, patterns: PatternSet, gates: list[tuple[int, str]]) -> None:
+        self._patterns = patterns
+        self._gates = gates  # expression index → its rule's index and the gate
 
     @classmethod
     def build(cls) -> _HyperscanGates | None:
         """The scanner, or None where Hyperscan is missing or cannot compile the gates here."""
-        try:
-            import hyperscan
-        except ImportError:
-            log.info("hyperscan is not installed: redaction gates are found with Aho-Corasick")
-            return None
-        expressions: list[bytes] = []
-        flags: list[int] = []
-        gates: list[tuple[int, str]] = []
-        for index, rule in enumerate(RULES):
-            for gate in rule.gates:
-                expressions.append(_literal(gate))
-                flags.append(hyperscan.HS_FLAG_SINGLEMATCH | (hyperscan.HS_FLAG_CASELESS if rule.folded else 0))
-                gates.append((index, gate))
-        try:
-            database = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-            database.compile(expressions=expressions, ids=list(range(len(expressions))), flags=flags)
-        except hyperscan.error as exc:  # e.g. a CPU without the instructions it needs
-            log.warning("hyperscan cannot compile the redaction gates (%s): using Aho-Corasick", exc)
-            return None
-        return cls(database, gates)
+        gates = [(index, gate) for index, rule in enumerate(RULES) for gate in rule.gates]
+        patterns = PatternSet.compile([_literal(gate) for _, gate in gates],
+                                      caseless=[RULES[index].folded for index, _ in gates],
+                                      what="redaction gates", otherwise="redaction gates are found with Aho-Corasick")
+        return None if patterns is None else cls(patterns, gates)
 
     def found(self, text: str) -> Found:
         """Each rule's gates that occur in ``text`` (a folded rule's: case-insensitively)."""
-        ids: list[int] = []
-        # Surrogates (a library caller may pass them) encode to non-ASCII bytes, which no gate's ASCII holds.
-        self._database.scan(text.encode("utf-8", "surrogatepass"), match_event_handler=_on_match,  # type: ignore[attr-defined]
-                            context=ids, scratch=self._scratch())
         found: Found = {}
-        for expression in ids:
+        for expression in self._patterns.occurring(text):
             index, gate = self._gates[expression]
             found.setdefault(index, set()).add(gate)
         return found
-
-    def _scratch(self) -> object:
-        """One scratch space per thread: a scan writes into its scratch, so two threads may not share one."""
-        scratch = getattr(self._local, "scratch", None)
-        if scratch is None:
-            import hyperscan
-
-            scratch = self._local.scratch = hyperscan.Scratch(self._database)
-        return scratch
 
 
 _PLAIN = _AhoCorasickGates([(i, rule) for i, rule in enumerate(RULES) if not rule.folded])
