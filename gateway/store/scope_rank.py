@@ -6,11 +6,12 @@ chat's and agent's messages. A speaker's name is rare in the store and in half t
 conversation; a word like "code" is common in agent transcripts and rare in a chat. What tells one message
 of a conversation from the others is how common a word is in that conversation, so each query key is weighed
 by its inverse document frequency in the scope (`ScopeStatsCache`: a count per key through the word index,
-restricted to the scope's sessions, kept for a minute).
+restricted to the scope's sessions (on SQLite, to their span of ids: `_sqlite_span`), kept for a minute).
 
 The word index still finds the candidates and gives a first order (its own rank, `POOL` of them); those are
-scored again here by BM25 with the scope's IDF, term frequencies counted in the first `TEXT_CHARS`
-characters of each candidate (a megabyte log costs what a page does; its length still counts in full).
+scored again here by BM25 with the scope's IDF, term frequencies and length counted in the first
+`TEXT_CHARS` characters of each candidate: a megabyte log costs what a page does (and no more than a page
+weighs in the length normalization, which is mild here).
 """
 
 from __future__ import annotations
@@ -29,16 +30,13 @@ from gateway.store.models import MessageRow
 __all__ = ["POOL", "TEXT_CHARS", "ScopeStats", "ScopeStatsCache", "bm25_scores", "fts5_key"]
 
 # Candidates the word index hands over, best first by its own rank.
-POOL = 200
-TEXT_CHARS = 4_000
+POOL = 100
+TEXT_CHARS = 2_000
 # BM25's term-frequency saturation and length normalization. Normalization is mild: in a conversation the
 # longer turns are where the details are (on LoCoMo, b = 0.75, FTS5's choice, puts 4 points fewer evidence
 # turns in the top 5 than b = 0.2; b from 0 to 0.2 is flat).
 _K1, _B = 1.2, 0.2
 _TTL_S = 60.0
-# A key counted in more than this many of the scope's messages is common there: its IDF is near its floor
-# whatever the exact count, and counting on would read every message holding it.
-_COUNT_CAP = 2_000
 Where = Callable[[Select[Any]], Select[Any]]
 
 
@@ -69,36 +67,55 @@ class ScopeStatsCache:
     its word statistics drift slowly)."""
 
     def __init__(self) -> None:
-        self._counts: dict[tuple[Any, ...], tuple[float, int]] = {}
+        self._counts: dict[tuple[Any, ...], tuple[float, Any]] = {}
 
-    def _cached(self, key: tuple[Any, ...], count: Callable[[], int]) -> int:
-        now = time.monotonic()
+    def _cached(self, key: tuple[Any, ...], now: float, read: Callable[[], Any]) -> Any:
         hit = self._counts.get(key)
-        if hit is not None and now - hit[0] <= _TTL_S:
-            return hit[1]
+        if hit is None or now - hit[0] > _TTL_S:
+            hit = self._counts[key] = (now, read())
+        return hit[1]
+
+    def get(self, conn: Connection, scope_key: tuple[str, ...] | None, sessions: Where,
+            keys: Sequence[tuple[str, bool]]) -> ScopeStats:
+        """The scope's statistics for ``keys`` (word, prefixed); ``sessions`` restricts a query to the scope's
+        sessions."""
+        now = time.monotonic()
         if len(self._counts) > 10_000:
             self._counts = {k: v for k, v in self._counts.items() if now - v[0] <= _TTL_S}
-        value = count()
-        self._counts[key] = (now, value)
-        return value
-
-    def get(self, conn: Connection, scope_key: tuple[str, ...] | None, where: Where,
-            keys: Sequence[tuple[str, bool]]) -> ScopeStats:
-        """The scope's statistics for ``keys`` (word, prefixed); ``where`` restricts a query to the scope."""
-        rows = self._cached((scope_key,), lambda: conn.execute(
-            where(select(func.count()).select_from(MessageRow))).scalar_one())
-        holding = {k: self._cached((scope_key, *k), lambda k=k: _count_holding(conn, where, *k)) for k in keys}
-        return ScopeStats(max(rows, 1), holding)
+        if conn.dialect.name == "postgresql":
+            rows = self._cached((scope_key,), now, lambda: _pg_count(conn, sessions, None))
+            holding = [self._cached((scope_key, *k), now, lambda k=k: _pg_count(conn, sessions, k)) for k in keys]
+        else:
+            span = self._cached((scope_key,), now, lambda: _sqlite_span(conn, sessions))
+            rows = span[2]
+            holding = [self._cached((span, *k), now, lambda k=k: _sqlite_count(conn, span, k)) for k in keys]
+        return ScopeStats(max(rows, 1), dict(zip(keys, holding, strict=True)))
 
 
-def _count_holding(conn: Connection, where: Where, key: str, prefixed: bool) -> int:
-    if conn.dialect.name == "postgresql":
-        inner = where(select(MessageRow.id).where(literal_column("messages.search_tsv").op("@@")(_pg_key(key, prefixed))))
-    else:
-        fts = text("SELECT rowid FROM messages_fts WHERE messages_fts MATCH :q").bindparams(
-            q=fts5_key(key, prefixed)).columns(literal_column("rowid")).subquery("fts")
-        inner = where(select(MessageRow.id).join(fts, fts.c.rowid == MessageRow.id))
-    return conn.execute(select(func.count()).select_from(inner.limit(_COUNT_CAP).subquery())).scalar_one()
+def _pg_count(conn: Connection, sessions: Where, key: tuple[str, bool] | None) -> int:
+    """The scope's messages (holding ``key``), counted exactly through the indexes."""
+    inner = sessions(select(MessageRow.id))
+    if key is not None:
+        inner = inner.where(literal_column("messages.search_tsv").op("@@")(_pg_key(*key)))
+    return int(conn.execute(select(func.count()).select_from(inner.subquery())).scalar_one())
+
+
+def _sqlite_span(conn: Connection, sessions: Where) -> tuple[int, int, int]:
+    """(first id, last id, messages between them) of the scope: on SQLite the statistics are those of the
+    messages written over the scope's span, which FTS5 counts from its own lists in a fraction of a
+    millisecond (counting the scope's own rows means looking up each match: tens of milliseconds per common
+    word in a long session). They are the scope's own where its conversation had the store to itself over
+    that span, and else still those of its time, not of the whole store's."""
+    low, high = conn.execute(sessions(select(func.min(MessageRow.id), func.max(MessageRow.id)))).one()
+    if low is None:
+        return 0, -1, 0
+    rows = conn.execute(select(func.count()).where(MessageRow.id.between(low, high))).scalar_one()
+    return int(low), int(high), int(rows)
+
+
+def _sqlite_count(conn: Connection, span: tuple[int, int, int], key: tuple[str, bool]) -> int:
+    found = text("SELECT count(*) FROM messages_fts WHERE messages_fts MATCH :q AND rowid BETWEEN :low AND :high")
+    return int(conn.execute(found, {"q": fts5_key(*key), "low": span[0], "high": span[1]}).scalar_one())
 
 
 def _key_pattern(keys: Sequence[tuple[str, bool]]) -> re.Pattern[str]:
@@ -108,21 +125,20 @@ def _key_pattern(keys: Sequence[tuple[str, bool]]) -> re.Pattern[str]:
     return re.compile(r"(?<![^\W_])(?:" + "|".join(parts) + ")")
 
 
-def bm25_scores(candidates: Sequence[tuple[int, str, int]], keys: Sequence[tuple[str, bool]],
+def bm25_scores(candidates: Sequence[tuple[int, str]], keys: Sequence[tuple[str, bool]],
                 stats: ScopeStats) -> dict[int, float]:
-    """BM25 of each (id, first characters of its text, its full length) with the scope's IDF; the average
-    length is the candidates' (a scope's own would read every message)."""
+    """BM25 of each (id, first characters of its text) with the scope's IDF; the average length is the
+    candidates' (a scope's own would read every message)."""
     if not candidates:
         return {}
     pattern = _key_pattern(keys)
     idf = [stats.idf(k, p) for k, p in keys]
     counted = []
-    for id_, head, length in candidates:
+    for id_, head in candidates:
         frequency = [0] * len(keys)
         for found in pattern.finditer(head.lower()):
             frequency[found.lastindex - 1] += 1  # type: ignore[operator]
-        words = len(head.split())
-        counted.append((id_, frequency, words * length / len(head) if head else 0.0))
+        counted.append((id_, frequency, float(len(head.split()))))
     average = sum(c[2] for c in counted) / len(counted) or 1.0
     scores = {}
     for id_, frequency, words in counted:

@@ -87,6 +87,10 @@ class _Scope:
             query = query.where(or_(MessageRow.session_id != self.skip_active_of, ~MessageRow.active))
         return query
 
+    def sessions(self, query: Select[Any]) -> Select[Any]:
+        """``query`` restricted to the sessions asked for (every row of them, what the model sees included)."""
+        return query.where(MessageRow.session_id.in_(self.session_ids)) if self.session_ids is not None else query
+
     def load_seen(self, conn: Connection) -> None:
         if self.skip_active_of is None:
             return
@@ -133,9 +137,9 @@ class MessageSearch:
         if not ids:
             return []
         pairs = list(zip(keys, prefixed, strict=True))
-        stats = self._scope_stats.get(conn, scope.key, scope.where, pairs)
-        heads = conn.execute(select(MessageRow.id, func.substr(MessageRow.search_text, 1, TEXT_CHARS),
-                                    func.length(MessageRow.search_text)).where(MessageRow.id.in_(ids)))
+        stats = self._scope_stats.get(conn, scope.key, scope.sessions, pairs)
+        heads = conn.execute(select(MessageRow.id, func.substr(MessageRow.search_text, 1, TEXT_CHARS))
+                             .where(MessageRow.id.in_(ids)))
         scores = bm25_scores([tuple(r) for r in heads], pairs, stats)
         return sorted(((i, scores.get(i, 0.0)) for i in ids), key=lambda p: (-p[1], -p[0]))
 
