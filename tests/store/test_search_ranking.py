@@ -141,3 +141,14 @@ def test_the_installed_reranker_runs_offline_from_its_wheel() -> None:
     close, far = rerank("what did she say about the pottery class?",
                         ["I signed up for a ceramics course", "my car broke down on the highway"])
     assert close > far
+
+
+async def test_words_are_weighed_by_how_common_they_are_in_the_conversation_searched(store: Store) -> None:
+    # "deploy" is common in the store (another chat says it all day) and rare in this conversation; the
+    # speaker's name is the other way round.
+    await archived(store, [user(f"deploy the build, take {i}") for i in range(40)], chat="ops")
+    session = await archived(store, [{"role": "user", "name": "Caroline", "content": f"status update {i}"}
+                                     for i in range(20)]
+                             + [{"role": "user", "name": "Melanie", "content": "we deploy on Fridays"}])
+    hits = await search(store, session, "Caroline deploy")
+    assert hits[0].seq == 21 and hits[0].match == ANY_WORD
