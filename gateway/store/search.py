@@ -33,9 +33,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.store.database import run_read
 from gateway.store.models import MessageRow
-from gateway.store.pg_rank import WordStatsCache, pg_rank
 from gateway.store.records import SearchHit
-from gateway.store.scope_rank import POOL, TEXT_CHARS, ScopeStatsCache, bm25_scores, fts5_key
+from gateway.store.scope_rank import POOL, TEXT_CHARS, ScopeStats, ScopeStatsCache, bm25_scores, fts5_key
 from gateway.store.search_terms import Query, matches_as_prefix, parse_query, split_terms
 from gateway.store.snippets import cut_snippet
 
@@ -80,11 +79,13 @@ class _Scope:
         # What the statistics of the scope are cached under.
         self.key = tuple(sorted(self.session_ids)) if self.session_ids is not None else None
 
-    def where(self, query: Select[Any]) -> Select[Any]:
+    def where(self, query: Select[Any], session: ColumnElement[Any] = MessageRow.session_id) -> Select[Any]:
+        """``query`` restricted to the rows a search may return; ``session`` is the session id column as the
+        conditions should name it."""
         if self.session_ids is not None:
-            query = query.where(MessageRow.session_id.in_(self.session_ids))
+            query = query.where(session.in_(self.session_ids))
         if self.skip_active_of is not None:
-            query = query.where(or_(MessageRow.session_id != self.skip_active_of, ~MessageRow.active))
+            query = query.where(or_(session != self.skip_active_of, ~MessageRow.active))
         return query
 
     def sessions(self, query: Select[Any]) -> Select[Any]:
@@ -112,32 +113,41 @@ class MessageSearch:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self._dialect = engine.dialect.name
-        self._word_stats = WordStatsCache()
         self._scope_stats = ScopeStatsCache()
 
     # ------------------------------------------------------------------ ordered candidate ids per matcher
 
-    def _pool(self, conn: Connection, keys: Sequence[str], prefixed: Sequence[bool], *, every: bool,
-              scope: _Scope) -> Select[Any]:
-        """Ids of the `POOL` best candidates by the word index's own rank: messages with every (``every``) or
-        any of ``keys``, as word prefixes where ``prefixed`` says so, else as whole words."""
+    def _pool(self, pairs: Sequence[tuple[str, bool]], stats: ScopeStats, *, every: bool, scope: _Scope) -> Select[Any]:
+        """Ids of the newest `POOL` candidates: messages with every (``every``) or any of the (key, prefixed)
+        ``pairs`` — any-word matching takes the keys rarest in the scope (`ScopeStats.rarest`). No rank here
+        (FTS5's ``bm25()`` or ``ts_rank`` would be worked out for every match, then thrown away): `_words`
+        scores the candidates itself."""
+        chosen = pairs if every else stats.rarest(pairs, POOL)
         if self._dialect == "postgresql":
-            return pg_rank(keys, prefixed, self._word_stats.get(conn), every=every, where=scope.where).limit(POOL)
-        match = (" AND " if every else " OR ").join(fts5_key(k, p) for k, p in zip(keys, prefixed, strict=True))
-        fts = text("SELECT rowid, bm25(messages_fts) AS rank FROM messages_fts WHERE messages_fts MATCH :q") \
-            .bindparams(q=match).columns(literal_column("rowid"), literal_column("rank")).subquery("fts")
-        query = select(MessageRow.id).join(fts, fts.c.rowid == MessageRow.id)
-        return scope.where(query).order_by(fts.c.rank, MessageRow.id.desc()).limit(POOL)
+            joiner = " & " if every else " | "
+            condition = literal_column("messages.search_tsv").op("@@")(
+                func.to_tsquery("simple", joiner.join(k + (":*" if p else "") for k, p in chosen)))
+            session: ColumnElement[Any] = MessageRow.session_id
+        else:
+            match = (" AND " if every else " OR ").join(fts5_key(k, p) for k, p in chosen)
+            # An IN list, not a join: joined to messages under a session filter, FTS5 runs once per row. The
+            # matches are looked up by id: "+" keeps the planner off the session index, which it would walk
+            # through every row of a long session.
+            matches = text("SELECT rowid FROM messages_fts WHERE messages_fts MATCH :q AND rowid BETWEEN :low AND "
+                           ":high").bindparams(q=match, low=stats.span[0], high=stats.span[1])
+            condition = MessageRow.id.in_(matches.columns(literal_column("rowid")))
+            session = literal_column("+messages.session_id")
+        query = scope.where(select(MessageRow.id).where(condition), session)
+        return query.order_by(MessageRow.id.desc()).limit(POOL)
 
     def _words(self, conn: Connection, keys: Sequence[str], *, every: bool, scope: _Scope) -> list[tuple[int, float]]:
         """(id, score) best first: messages with every (``every``) or any of ``keys``, as word prefixes or
         whole words (`matches_as_prefix`), scored by BM25 with the scope's statistics (`scope_rank`)."""
-        prefixed = [matches_as_prefix(k, required=every) for k in keys]
-        ids = [r.id for r in conn.execute(self._pool(conn, keys, prefixed, every=every, scope=scope))]
+        pairs = [(k, matches_as_prefix(k, required=every)) for k in keys]
+        stats = self._scope_stats.get(conn, scope.key, scope.sessions, pairs)
+        ids = list(conn.execute(self._pool(pairs, stats, every=every, scope=scope)).scalars())
         if not ids:
             return []
-        pairs = list(zip(keys, prefixed, strict=True))
-        stats = self._scope_stats.get(conn, scope.key, scope.sessions, pairs)
         heads = conn.execute(select(MessageRow.id, func.substr(MessageRow.search_text, 1, TEXT_CHARS))
                              .where(MessageRow.id.in_(ids)))
         scores = bm25_scores([tuple(r) for r in heads], pairs, stats)
