@@ -26,11 +26,13 @@ from sqlalchemy import Connection, Select, func, literal_column, select, text
 
 from gateway.store.models import MessageRow
 
-__all__ = ["POOL", "TEXT_CHARS", "ScopeStats", "ScopeStatsCache", "bm25_scores", "fts5_key"]
+__all__ = ["PG_SAMPLE", "POOL", "TEXT_CHARS", "ScopeStats", "ScopeStatsCache", "bm25_scores", "fts5_key"]
 
 # Candidates the word index hands over, best first by its own rank.
 POOL = 100
 TEXT_CHARS = 2_000
+# On PostgreSQL, the newest messages of a scope its word counts are taken from.
+PG_SAMPLE = 2_000
 # BM25's term-frequency saturation and length normalization. Normalization is mild: in a conversation the
 # longer turns are where the details are (on LoCoMo, b = 0.75, FTS5's choice, puts 4 points fewer evidence
 # turns in the top 5 than b = 0.2; b from 0 to 0.2 is flat).
@@ -97,20 +99,32 @@ class ScopeStatsCache:
         if len(self._counts) > 10_000:
             self._counts = {k: v for k, v in self._counts.items() if now - v[0] <= _TTL_S}
         if conn.dialect.name == "postgresql":
-            rows = self._cached((scope_key,), now, lambda: _pg_count(conn, sessions, None))
-            holding = [self._cached((scope_key, *k), now, lambda k=k: _pg_count(conn, sessions, k)) for k in keys]
+            rows = self._cached((scope_key,), now, lambda: _pg_count(conn, sessions))
+            stale = [k for k in keys if now - self._counts.get((scope_key, *k), (-math.inf,))[0] > _TTL_S]
+            if stale:
+                for k, count in zip(stale, _pg_holding(conn, sessions, stale, rows), strict=True):
+                    self._counts[(scope_key, *k)] = (now, count)
+            holding = [self._counts[(scope_key, *k)][1] for k in keys]
             return ScopeStats(max(rows, 1), dict(zip(keys, holding, strict=True)))
         span = self._cached((scope_key,), now, lambda: _sqlite_span(conn, sessions))
         holding = [self._cached((span, *k), now, lambda k=k: _sqlite_count(conn, span, k)) for k in keys]
         return ScopeStats(max(span[2], 1), dict(zip(keys, holding, strict=True)), span[:2])
 
 
-def _pg_count(conn: Connection, sessions: Where, key: tuple[str, bool] | None) -> int:
-    """The scope's messages (holding ``key``), counted exactly through the indexes."""
-    inner = sessions(select(MessageRow.id))
-    if key is not None:
-        inner = inner.where(literal_column("messages.search_tsv").op("@@")(_pg_key(*key)))
-    return int(conn.execute(select(func.count()).select_from(inner.subquery())).scalar_one())
+def _pg_count(conn: Connection, sessions: Where) -> int:
+    """The scope's messages, counted through the session index."""
+    return int(conn.execute(select(func.count()).select_from(sessions(select(MessageRow.id)).subquery())).scalar_one())
+
+
+def _pg_holding(conn: Connection, sessions: Where, keys: Sequence[tuple[str, bool]], rows: int) -> list[int]:
+    """How many of the scope's messages hold each key, counted in its newest `PG_SAMPLE` messages and scaled
+    to its ``rows``: exact in a conversation of up to that many messages, else the statistics of its recent
+    past. Counted exactly, a common word costs a check of every message holding it (GIN keeps no counts)."""
+    recent = (sessions(select(literal_column("messages.search_tsv").label("tsv")).select_from(MessageRow))
+              .order_by(MessageRow.id.desc()).limit(PG_SAMPLE).subquery())
+    counts = select(func.count(), *(func.count().filter(recent.c.tsv.op("@@")(_pg_key(*k))) for k in keys))
+    sampled, *holding = conn.execute(counts).one()
+    return [round(n * rows / max(sampled, 1)) for n in holding]
 
 
 def _sqlite_span(conn: Connection, sessions: Where) -> tuple[int, int, int]:

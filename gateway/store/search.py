@@ -1,10 +1,10 @@
 """Full-text search over every message ever stored, archived ones included, ranked by relevance.
 
 A query of plain words (`parse_query`) is matched with all its words first (word prefixes, on the word
-indexes: FTS5 unicode61 on SQLite, the ``search_tsv`` tsvector on PostgreSQL). The index picks the best
-candidates by its own rank — FTS5's ``bm25()``; on PostgreSQL ``ts_rank`` weighted by each word's inverse
-document frequency (`pg_rank`) — and they are ranked by BM25 with the statistics of the sessions searched
-(`scope_rank`), not of the whole store. When all-words matching fills fewer than the ``limit`` places asked for,
+indexes: FTS5 unicode61 on SQLite, the ``search_tsv`` tsvector on PostgreSQL). The index finds the
+candidates, unranked — the newest `POOL` matches (for any-word matching, of the words rarest in the sessions
+searched) — and they are ranked by BM25 with the statistics of the sessions searched (`scope_rank`), not of
+the whole store. When all-words matching fills fewer than the ``limit`` places asked for,
 any-word matching fills the rest: messages holding any of the query's informative words (stop words left
 out, words cut to their stems), ranked the same way, after every all-words hit. An all-words match holds
 everything the caller thought of, so it keeps its place; the rest of the page goes to the closest partial
