@@ -5,13 +5,15 @@ A search is scoped to one conversation, but the word indexes keep their statisti
 chat's and agent's messages. A speaker's name is rare in the store and in half the messages of its own
 conversation; a word like "code" is common in agent transcripts and rare in a chat. What tells one message
 of a conversation from the others is how common a word is in that conversation, so each query key is weighed
-by its inverse document frequency in the scope (`ScopeStatsCache`: a count per key through the word index,
-restricted to the scope's sessions (on SQLite, to their span of ids: `_sqlite_span`), kept for a minute).
+by its inverse document frequency in the scope (`ScopeStatsCache`, kept for a minute): on SQLite a count per
+key through FTS5 over the scope's span of ids (`_sqlite_span`); on PostgreSQL one pass over the scope's
+newest `PG_SAMPLE` messages for all the query's keys (`_pg_holding`).
 
-The word index still finds the candidates and gives a first order (its own rank, `POOL` of them); those are
-scored again here by BM25 with the scope's IDF, term frequencies and length counted in the first
-`TEXT_CHARS` characters of each candidate: a megabyte log costs what a page does (and no more than a page
-weighs in the length normalization, which is mild here).
+The word index only finds the candidates, unranked: the newest `POOL` matches (of every key, or for
+any-word matching of the keys rarest in the scope, `ScopeStats.rarest`). They are scored here by BM25 with
+the scope's IDF, term frequencies and length counted in the first `TEXT_CHARS` characters of each
+candidate: a megabyte log costs what a page does (and no more than a page weighs in the length
+normalization, which is mild here).
 """
 
 from __future__ import annotations
