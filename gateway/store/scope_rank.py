@@ -67,14 +67,14 @@ class ScopeStats:
         return math.log((self.rows - containing + 0.5) / (containing + 0.5) + 1.0)
 
     def rarest(self, keys: Sequence[tuple[str, bool]], most: int) -> list[tuple[str, bool]]:
-        """The keys rarest in the scope, as many as hold at most ``most`` messages together (the rarest one
-        whatever it holds): a message with none of them has only common words, and BM25 ranks it lower than
-        almost any message with a rare one."""
+        """The keys rarest in the scope, as many as hold at most ``most`` messages together (up to the first
+        that holds any, whatever it holds): a message with none of them has only common words, and BM25 ranks
+        it lower than almost any message with a rare one."""
         chosen: list[tuple[str, bool]] = []
         held = 0
         for key in sorted(keys, key=lambda k: self.holding.get(k, 0)):
-            held += self.holding.get(key, 0)
-            if chosen and held > most:
+            before, held = held, held + self.holding.get(key, 0)
+            if before and held > most:
                 break
             chosen.append(key)
         return chosen

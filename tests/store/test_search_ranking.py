@@ -152,3 +152,14 @@ async def test_words_are_weighed_by_how_common_they_are_in_the_conversation_sear
                              + [{"role": "user", "name": "Melanie", "content": "we deploy on Fridays"}])
     hits = await search(store, session, "Caroline deploy")
     assert hits[0].seq == 21 and hits[0].match == ANY_WORD
+
+
+async def test_a_rare_word_is_found_behind_a_hundred_newer_common_ones(store: Store) -> None:
+    # The word index hands over only the newest matches of the words rarest in the conversation: the old
+    # message with the rare word is among them, and a query word found nowhere does not crowd out the rest.
+    session = await archived(store, [user("I signed up for a ceramics course on Monday")]
+                             + [user(f"{STATUS} ({i})") for i in range(150)])
+    hits = await search(store, session, "ceramics status")
+    assert hits[0].seq == 1 and "ceramics course" in hits[0].snippet
+    unknown = await search(store, session, "zeppelin status")
+    assert len(unknown) == 8 and all(STATUS in h.snippet for h in unknown)
