@@ -1,10 +1,10 @@
 """Full-text search over every message ever stored, archived ones included, ranked by relevance.
 
 A query of plain words (`parse_query`) is matched with all its words first (word prefixes, on the word
-indexes: FTS5 unicode61 on SQLite, the ``search_tsv`` tsvector on PostgreSQL), ranked by BM25 — FTS5's
-``bm25()``; on PostgreSQL the sum over the query's words of ``ts_rank`` weighted by the word's inverse
-document frequency (`pg_rank`), since ``ts_rank`` alone weighs a word found in every message like a rare
-one. When all-words matching fills fewer than the ``limit`` places asked for,
+indexes: FTS5 unicode61 on SQLite, the ``search_tsv`` tsvector on PostgreSQL). The index finds the
+candidates, unranked — the newest `POOL` matches (for any-word matching, of the words rarest in the sessions
+searched) — and they are ranked by BM25 with the statistics of the sessions searched (`scope_rank`), not of
+the whole store. When all-words matching fills fewer than the ``limit`` places asked for,
 any-word matching fills the rest: messages holding any of the query's informative words (stop words left
 out, words cut to their stems), ranked the same way, after every all-words hit. An all-words match holds
 everything the caller thought of, so it keeps its place; the rest of the page goes to the closest partial
@@ -24,17 +24,17 @@ the any-word candidates by meaning.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Select, and_, literal_column, or_, select, text
+from sqlalchemy import ColumnElement, Connection, Select, and_, func, literal_column, or_, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.store.database import run_read
 from gateway.store.models import MessageRow
-from gateway.store.pg_rank import WordStatsCache, pg_rank
 from gateway.store.records import SearchHit
+from gateway.store.scope_rank import POOL, TEXT_CHARS, ScopeStats, ScopeStatsCache, bm25_scores, fts5_key
 from gateway.store.search_terms import Query, matches_as_prefix, parse_query, split_terms
 from gateway.store.snippets import cut_snippet
 
@@ -64,10 +64,6 @@ class _Row:
     match: str
 
 
-def _fts5_string(term: str) -> str:
-    return '"' + term.replace('"', '""') + '"'
-
-
 def _like_pattern(term: str) -> str:
     return "%" + term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
@@ -80,13 +76,21 @@ class _Scope:
         self.session_ids = list(session_ids) if session_ids is not None else None
         self.skip_active_of = skip_active_of
         self.seen: set[str] = set()
+        # What the statistics of the scope are cached under.
+        self.key = tuple(sorted(self.session_ids)) if self.session_ids is not None else None
 
-    def where(self, query: Select[Any]) -> Select[Any]:
+    def where(self, query: Select[Any], session: ColumnElement[Any] = MessageRow.session_id) -> Select[Any]:
+        """``query`` restricted to the rows a search may return; ``session`` is the session id column as the
+        conditions should name it."""
         if self.session_ids is not None:
-            query = query.where(MessageRow.session_id.in_(self.session_ids))
+            query = query.where(session.in_(self.session_ids))
         if self.skip_active_of is not None:
-            query = query.where(or_(MessageRow.session_id != self.skip_active_of, ~MessageRow.active))
+            query = query.where(or_(session != self.skip_active_of, ~MessageRow.active))
         return query
+
+    def sessions(self, query: Select[Any]) -> Select[Any]:
+        """``query`` restricted to the sessions asked for (every row of them, what the model sees included)."""
+        return query.where(MessageRow.session_id.in_(self.session_ids)) if self.session_ids is not None else query
 
     def load_seen(self, conn: Connection) -> None:
         if self.skip_active_of is None:
@@ -109,23 +113,45 @@ class MessageSearch:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self._dialect = engine.dialect.name
-        self._word_stats = WordStatsCache()
+        self._scope_stats = ScopeStatsCache()
 
     # ------------------------------------------------------------------ ordered candidate ids per matcher
 
-    def _words(self, conn: Connection, keys: Sequence[str], *, every: bool, scope: _Scope) -> Select[Any]:
-        """Ids (and scores) best first: messages with every (``every``) or any of ``keys``, as word prefixes or
-        whole words (`matches_as_prefix`)."""
-        prefixed = [matches_as_prefix(k, required=every) for k in keys]
+    def _pool(self, pairs: Sequence[tuple[str, bool]], stats: ScopeStats, *, every: bool, scope: _Scope) -> Select[Any]:
+        """Ids of the newest `POOL` candidates: messages with every (``every``) or any of the (key, prefixed)
+        ``pairs`` — any-word matching takes the keys rarest in the scope (`ScopeStats.rarest`). No rank here
+        (FTS5's ``bm25()`` or ``ts_rank`` would be worked out for every match, then thrown away): `_words`
+        scores the candidates itself."""
+        chosen = pairs if every else stats.rarest(pairs, POOL)
         if self._dialect == "postgresql":
-            return pg_rank(keys, prefixed, self._word_stats.get(conn), every=every, where=scope.where)
-        match = (" AND " if every else " OR ").join(_fts5_string(k) + ("*" if p else "")
-                                                     for k, p in zip(keys, prefixed, strict=True))
-        fts = text("SELECT rowid, bm25(messages_fts) AS rank FROM messages_fts WHERE messages_fts MATCH :q") \
-            .bindparams(q=match).columns(literal_column("rowid"), literal_column("rank")).subquery("fts")
-        # bm25() is lower for better matches: negated, a score that grows with relevance (as on PostgreSQL).
-        query = select(MessageRow.id, (-fts.c.rank).label("score")).join(fts, fts.c.rowid == MessageRow.id)
-        return scope.where(query).order_by(fts.c.rank, MessageRow.id.desc())
+            joiner = " & " if every else " | "
+            condition = literal_column("messages.search_tsv").op("@@")(
+                func.to_tsquery("simple", joiner.join(k + (":*" if p else "") for k, p in chosen)))
+            session: ColumnElement[Any] = MessageRow.session_id
+        else:
+            match = (" AND " if every else " OR ").join(fts5_key(k, p) for k, p in chosen)
+            # An IN list, not a join: joined to messages under a session filter, FTS5 runs once per row. The
+            # matches are looked up by id: "+" keeps the planner off the session index, which it would walk
+            # through every row of a long session.
+            matches = text("SELECT rowid FROM messages_fts WHERE messages_fts MATCH :q AND rowid BETWEEN :low AND "
+                           ":high").bindparams(q=match, low=stats.span[0], high=stats.span[1])
+            condition = MessageRow.id.in_(matches.columns(literal_column("rowid")))
+            session = literal_column("+messages.session_id")
+        query = scope.where(select(MessageRow.id).where(condition), session)
+        return query.order_by(MessageRow.id.desc()).limit(POOL)
+
+    def _words(self, conn: Connection, keys: Sequence[str], *, every: bool, scope: _Scope) -> list[tuple[int, float]]:
+        """(id, score) best first: messages with every (``every``) or any of ``keys``, as word prefixes or
+        whole words (`matches_as_prefix`), scored by BM25 with the scope's statistics (`scope_rank`)."""
+        pairs = [(k, matches_as_prefix(k, required=every)) for k in keys]
+        stats = self._scope_stats.get(conn, scope.key, scope.sessions, pairs)
+        ids = list(conn.execute(self._pool(pairs, stats, every=every, scope=scope)).scalars())
+        if not ids:
+            return []
+        heads = conn.execute(select(MessageRow.id, func.substr(MessageRow.search_text, 1, TEXT_CHARS))
+                             .where(MessageRow.id.in_(ids)))
+        scores = bm25_scores([tuple(r) for r in heads], pairs, stats)
+        return sorted(((i, scores.get(i, 0.0)) for i in ids), key=lambda p: (-p[1], -p[0]))
 
     def _substrings(self, terms: Sequence[str], scope: _Scope) -> Select[Any]:
         """Ids newest first: messages holding every term as typed."""
@@ -135,7 +161,7 @@ class MessageSearch:
             # The trigram table narrows by the 3+ character terms; LIKE checks the short ones on those rows.
             long_terms = [t for t in terms if len(t) >= 3]
             if long_terms:
-                match = " AND ".join(_fts5_string(t) for t in long_terms)
+                match = " AND ".join(fts5_key(t, False) for t in long_terms)
                 ids = text("SELECT rowid FROM messages_trigram WHERE messages_trigram MATCH :tq").bindparams(
                     tq=match).columns(literal_column("rowid"))
                 query = query.where(MessageRow.id.in_(ids))
@@ -172,27 +198,35 @@ class MessageSearch:
             if r.search_text not in scope.seen:
                 rows.append(_Row(r.id, r.session_id, r.seq, r.role, r.created_at, r.active, r.search_text, match))
 
-    def _collect(self, conn: Connection, ordered: Select[Any], want: int, match: str, scope: _Scope,
-                 taken: set[int], first: Sequence[int] = ()) -> list[_Row]:
-        """The first ``want`` rows of ``first`` then of ``ordered`` that are not in ``taken`` and not copies of
-        what the model sees; texts are loaded only for those (never for every candidate the ranking saw)."""
+    def _collect(self, conn: Connection, pages: Iterable[Sequence[int]], want: int, match: str, scope: _Scope,
+                 taken: set[int]) -> list[_Row]:
+        """The first ``want`` rows of ``pages`` (ids in order, page after page) that are not in ``taken`` and not
+        copies of what the model sees; texts are loaded only for those (never for every candidate)."""
         rows: list[_Row] = []
-        self._take(conn, first, want, match, scope, taken, rows)
-        offset, page = 0, want + len(taken) + 8
-        while len(rows) < want:
-            ids = list(conn.execute(ordered.limit(page).offset(offset)).scalars())
+        for ids in pages:
             self._take(conn, ids, want, match, scope, taken, rows)
-            if len(ids) < page:
+            if len(rows) >= want:
                 break
-            offset, page = offset + page, page * 2
         return rows
 
     @staticmethod
-    def _with_answers(conn: Connection, ordered: Select[Any], scope: _Scope, pool: int) -> list[int]:
-        """The ``pool`` best of ``ordered``, and the answers to those that ask something, by score; an answer
+    def _sql_pages(conn: Connection, ordered: Select[Any], want: int, taken: set[int]) -> Iterator[list[int]]:
+        """The ids of ``ordered`` page after page, each page twice the last."""
+        offset, page = 0, want + len(taken) + 8
+        while True:
+            ids = list(conn.execute(ordered.limit(page).offset(offset)).scalars())
+            yield ids
+            if len(ids) < page:
+                return
+            offset, page = offset + page, page * 2
+
+    @staticmethod
+    def _with_answers(conn: Connection, ranked: Sequence[tuple[int, float]], scope: _Scope,
+                      pool: int) -> list[int]:
+        """The ``pool`` best of ``ranked``, and the answers to those that ask something, by score; an answer
         (the message right after one holding a "?") gets the question's score added to its own: in a
         conversation the answer to a matching question is often where the query's words are not."""
-        scored = {r.id: float(r.score) for r in conn.execute(ordered.limit(pool))}
+        scored = dict(ranked[:pool])
         if not scored:
             return []
         asking = {(r.session_id, r.seq): r.id for r in conn.execute(
@@ -221,14 +255,15 @@ class MessageSearch:
         taken: set[int] = set()
         if query.words:
             first = self._words(conn, query.words, every=True, scope=scope)
-            rows = self._collect(conn, first, limit, ALL_WORDS, scope, taken)
+            rows = self._collect(conn, [[i for i, _ in first]], limit, ALL_WORDS, scope, taken)
         else:
-            rows = self._collect(conn, self._substrings(query.substrings, scope), limit, EXACT_TEXT, scope, taken)
+            pages = self._sql_pages(conn, self._substrings(query.substrings, scope), limit, taken)
+            rows = self._collect(conn, pages, limit, EXACT_TEXT, scope, taken)
         if len(rows) < limit and query.keys:
             rest = self._words(conn, query.keys, every=False, scope=scope)
             want = max(limit - len(rows), pool)
             best = self._with_answers(conn, rest, scope, max(want, ANSWER_POOL))
-            rows += self._collect(conn, rest, want, ANY_WORD, scope, taken, first=best)
+            rows += self._collect(conn, [best, [i for i, _ in rest]], want, ANY_WORD, scope, taken)
         return rows
 
     async def search(self, query: str, *, session_id: str | None = None, limit: int = 20,

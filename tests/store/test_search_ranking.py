@@ -141,3 +141,25 @@ def test_the_installed_reranker_runs_offline_from_its_wheel() -> None:
     close, far = rerank("what did she say about the pottery class?",
                         ["I signed up for a ceramics course", "my car broke down on the highway"])
     assert close > far
+
+
+async def test_words_are_weighed_by_how_common_they_are_in_the_conversation_searched(store: Store) -> None:
+    # "deploy" is common in the store (another chat says it all day) and rare in this conversation; the
+    # speaker's name is the other way round.
+    await archived(store, [user(f"deploy the build, take {i}") for i in range(40)], chat="ops")
+    session = await archived(store, [{"role": "user", "name": "Caroline", "content": f"status update {i}"}
+                                     for i in range(20)]
+                             + [{"role": "user", "name": "Melanie", "content": "we deploy on Fridays"}])
+    hits = await search(store, session, "Caroline deploy")
+    assert hits[0].seq == 21 and hits[0].match == ANY_WORD
+
+
+async def test_a_rare_word_is_found_behind_a_hundred_newer_common_ones(store: Store) -> None:
+    # The word index hands over only the newest matches of the words rarest in the conversation: the old
+    # message with the rare word is among them, and a query word found nowhere does not crowd out the rest.
+    session = await archived(store, [user("I signed up for a ceramics course on Monday")]
+                             + [user(f"{STATUS} ({i})") for i in range(150)])
+    hits = await search(store, session, "ceramics status")
+    assert hits[0].seq == 1 and "ceramics course" in hits[0].snippet
+    unknown = await search(store, session, "zeppelin status")
+    assert len(unknown) == 8 and all(STATUS in h.snippet for h in unknown)
