@@ -46,7 +46,7 @@ __all__ = [
 LEDGER_SHARE = 1.0
 # Characters of the newest messages scanned for paths, ids, URLs and numbers per token of the cap: the
 # scan is the costly part, and the facts of older text would not fit the cap anyway (they stay searchable).
-SCAN_PER_TOKEN = 40
+SCAN_PER_TOKEN = 80
 LABELS = {"constraint": "rule", "error": "error", "command": "cmd", "path": "path", "id": "id", "url": "url",
           "number": "num"}
 # Short facts of one message and kind share a line, which spares each its "- #57 path: " (a third of a short
@@ -64,6 +64,12 @@ _AT_LEAST_ONE = frozenset({"constraint", "error"})
 # What is left of the cap goes to the kinds in this order: paths before commands, as a path costs a few tokens
 # on a shared line and a command a line of its own.
 _LEFTOVER_ORDER = ("constraint", "error", "path", "command", "id", "url", "number")
+# A path stands whole in a text when no name character comes right before it nor after it ("." only when a name
+# goes on after it: "a.py" is whole at a sentence's end, not in "a.py.bak").
+_PATH_CHAR_RE = re.compile(r"[\w.+@-]")
+_NAME_GOES_ON_RE = re.compile(r"[\w+@-]|\.[\w+@-]")
+# Passes over what is left of the cap: each may free room by leaving out paths a later choice names whole.
+_REFILLS = 3
 _FAILED_RE = re.compile(r" → (?:exit (?!0$)-?\d+|failed)$")
 
 _LINE_RE = re.compile(rf"^- #(\d+) ({'|'.join(sorted(_KIND_OF, key=len, reverse=True))}): (.+)$")
@@ -162,56 +168,132 @@ def budget_kind(fact: Fact) -> str:
     return "error" if fact.kind == "command" and _FAILED_RE.search(fact.text) else fact.kind
 
 
+def _whole_at(written: str, at: int, end: int) -> bool:
+    """Whether ``written[at:end]`` is a whole path, not part of a longer name ("a.py" in "data.py" or in
+    "a.py.bak"): a directory of a longer path ("src/pkg" in "src/pkg/a.py") or a file's name in one is whole."""
+    before, after = written[at - 1 : at] if at else "", written[end : end + 2]
+    return not (_PATH_CHAR_RE.match(before) or _NAME_GOES_ON_RE.match(after))
+
+
+def _named_in(text: str, written: str, own_line: bool = False) -> bool:
+    """Whether the path ``text`` stands whole in ``written`` (texts one a line); with ``own_line``, somewhere
+    else than on a line of its own (the fact's own entry)."""
+    at = written.find(text)
+    while at >= 0:
+        end = at + len(text)
+        if _whole_at(written, at, end):
+            alone = (at == 0 or written[at - 1] == "\n") and written[end : end + 1] in ("", "\n")
+            if not (own_line and alone):
+                return True
+            own_line = False  # its own entry is there once; a second whole line is another fact's
+        at = written.find(text, at + 1)
+    return False
+
+
+class _Selection:
+    """The facts chosen so far (indices into ``facts``), what each costs, and the text they put in the window."""
+
+    def __init__(self, facts: Sequence[Fact], cost: Callable[[str], int]) -> None:
+        self.facts, self._cost = facts, cost
+        self.chosen: set[int] = set()
+        self._opened: set[tuple[int, str]] = set()  # the (message, kind) lines a chosen short fact has started
+        self._written: list[str] = []
+        self._text = ""
+        self._prices: dict[tuple[int, bool], int] = {}
+
+    def _price(self, index: int, joins: bool) -> int:
+        if (index, joins) not in self._prices:
+            fact = self.facts[index]
+            if joins:
+                price = self._cost(_SEPARATOR[fact.kind] + fact.text)
+            elif _groupable(fact):
+                price = self._cost(f"- #{fact.seq} {_GROUPED_LABELS[fact.kind]}: {fact.text}") + 1
+            else:
+                price = self._cost(ledger_line(fact)) + 1
+            self._prices[index, joins] = price
+        return self._prices[index, joins]
+
+    def price(self, index: int) -> int:
+        """What the fact adds: its own line (a list's line, for a short one), or its place on a line started."""
+        fact = self.facts[index]
+        return self._price(index, _groupable(fact) and (fact.seq, fact.kind) in self._opened)
+
+    def named(self, index: int) -> bool:
+        """Whether the fact is a path that the chosen facts already name whole (it would add nothing)."""
+        fact = self.facts[index]
+        if fact.kind != "path":
+            return False
+        if self._written:
+            self._text = "\n".join((self._text, *self._written)) if self._text else "\n".join(self._written)
+            self._written.clear()
+        return _named_in(fact.text, self._text)
+
+    def take(self, index: int) -> None:
+        """Choose the fact."""
+        fact = self.facts[index]
+        self.chosen.add(index)
+        self._written.append(fact.text)
+        if _groupable(fact):
+            self._opened.add((fact.seq, fact.kind))
+
+    def drop_named(self) -> int | None:
+        """Leave out each chosen path that another chosen fact names whole (a longer path or a command chosen
+        after it); what the rest costs, or None when none was left out."""
+        text = "\n".join(self.facts[i].text for i in sorted(self.chosen))
+        named = {i for i in self.chosen if self.facts[i].kind == "path" and _named_in(self.facts[i].text, text, True)}
+        if not named:
+            return None
+        self.chosen -= named
+        self._opened.clear()
+        used = 0
+        for index in sorted(self.chosen):
+            used += self.price(index)
+            fact = self.facts[index]
+            if _groupable(fact):
+                self._opened.add((fact.seq, fact.kind))
+        return used
+
+
 def select_facts(facts: Sequence[Fact], cap_tokens: int, cost: Callable[[str], int]) -> list[Fact]:
     """The facts that fit ``cap_tokens``: newest first per kind within its quota (the newest rule and error
     even beyond it), then the rest of the cap kind by kind (in `FACT_KINDS` order), newest first; returned in
-    message order. A failed command takes the errors' share (`budget_kind`)."""
-    by_kind: dict[str, list[tuple[int, Fact]]] = {kind: [] for kind in FACT_KINDS}
+    message order. A failed command takes the errors' share (`budget_kind`). A path that a chosen fact names
+    whole (a command's argument, a directory of a longer path, a file's name in one) is in the window already
+    and is not written again: what it would have cost goes to the facts after it."""
+    by_kind: dict[str, list[int]] = {kind: [] for kind in FACT_KINDS}
     for index, fact in enumerate(facts):
-        by_kind[budget_kind(fact)].append((index, fact))
-    prices: dict[tuple[int, bool], int] = {}
-    chosen: set[int] = set()
-    opened: set[tuple[int, str]] = set()  # the (message, kind) lines a chosen short fact has started
-
-    def price_of(index: int, fact: Fact) -> int:
-        """What the fact adds: its own line (a list's line, for a short one), or its place on a line started."""
-        joins = _groupable(fact) and (fact.seq, fact.kind) in opened
-        if (index, joins) not in prices:
-            if joins:
-                prices[index, joins] = cost(_SEPARATOR[fact.kind] + fact.text)
-            elif _groupable(fact):
-                prices[index, joins] = cost(f"- #{fact.seq} {_GROUPED_LABELS[fact.kind]}: {fact.text}") + 1
-            else:
-                prices[index, joins] = cost(ledger_line(fact)) + 1
-        return prices[index, joins]
-
-    def take(index: int, fact: Fact) -> None:
-        chosen.add(index)
-        if _groupable(fact):
-            opened.add((fact.seq, fact.kind))
-
+        by_kind[budget_kind(fact)].append(index)
+    pick = _Selection(facts, cost)
     used = 0
     for kind in FACT_KINDS:
         quota, spent = int(cap_tokens * _QUOTA[kind]), 0
-        for index, fact in reversed(by_kind[kind]):
-            price = price_of(index, fact)
+        for index in reversed(by_kind[kind]):
+            if pick.named(index):
+                continue
+            price = pick.price(index)
             beyond_share = spent + price > quota and not (not spent and kind in _AT_LEAST_ONE)
             if beyond_share or used + spent + price > cap_tokens:
                 break
-            take(index, fact)
+            pick.take(index)
             spent += price
         used += spent
-    # What is left goes kind by kind in the same order (what a continuing agent needs most first), newest first.
-    for kind in _LEFTOVER_ORDER:
-        for index, fact in reversed(by_kind[kind]):
-            if index in chosen:
-                continue
-            price = price_of(index, fact)
-            if used + price > cap_tokens:
-                continue
-            take(index, fact)
-            used += price
-    return [facts[i] for i in sorted(chosen)]
+    # What is left goes kind by kind in the same order (what a continuing agent needs most first), newest first;
+    # then what the paths named by later choices leave free, again.
+    for _ in range(_REFILLS):
+        for kind in _LEFTOVER_ORDER:
+            for index in reversed(by_kind[kind]):
+                if index in pick.chosen:
+                    continue
+                price = pick.price(index)
+                # (Whether a path is named already is asked only of one that fits: it is the costly check.)
+                if used + price <= cap_tokens and not pick.named(index):
+                    pick.take(index)
+                    used += price
+        freed = pick.drop_named()
+        if freed is None:
+            break
+        used = freed
+    return [facts[i] for i in sorted(pick.chosen)]
 
 
 def _section_bounds(lines: list[str]) -> dict[str, tuple[int, int]]:
