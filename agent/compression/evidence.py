@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.compression.describe import call_arguments
-from agent.compression.fact_patterns import ERROR_RE, SCANNERS, URL_RE, extract_constraints
+from agent.compression.fact_patterns import ERROR_RE, SCANNERS, URL_RE, command_paths, extract_constraints
 from agent.compression.fact_scan import GateScan
 from agent.compression.messages import Message, content_text, tool_calls_of
 from agent.compression.redact import redact_secrets
@@ -99,6 +99,9 @@ def _call_facts(call: Mapping[str, Any], result: str | None) -> Iterator[tuple[s
         value = args.get(key)
         if isinstance(value, str) and value.strip():
             yield "command", f"{_clip(value, 'command')} → {_exit_note(result)}"
+            # The files a command works on are what the agent acted on; past the clipped command's text only
+            # these stay in the ledger.
+            yield from (("path", p) for p in command_paths(value[:_SCAN_HEAD]))
             break
     for key in _PATH_KEYS:
         value = args.get(key)
@@ -113,7 +116,8 @@ def _text_facts(text: str, user: bool, values: bool, present: frozenset[str]) ->
     """Raw facts of ``text`` (cut to what is scanned) from the finders that read values, or from the others;
     ``present``: the finders whose gate occurs."""
     for scanner in SCANNERS:
-        if scanner.values == values and (user or not scanner.user_only) and scanner.name in present:
+        reads = not scanner.not_user if user else not scanner.user_only
+        if scanner.values == values and reads and scanner.name in present:
             yield from ((scanner.kind, raw) for raw in scanner.find(text))
 
 

@@ -40,7 +40,8 @@ _WORDS = [*_CUES, *_ERROR_WORDS, *_ISSUE_WORDS, *_UNITS.split("|"), "pull reques
           "E   ", "npm ERR!", "http://", "https://x.io/a", "src/app.py", "a.PY", "x.Kt", "v1.2", "1.2.3-rc1",
           "OPS-12", "mia_li_3668", "ZFA04Y", "deadbeef1", "0xFF", "[ 30%]", "$", "€", "£", "¥", "#", "##12", "don't",
           "make sure", "I must say", "never mind", "别人", "不要", "只是", "sudo", "$ ls", "./x", "[error]\n",
-          "a.c:3:1: error: ", "FAIL: ", "Traceback (most recent call last):\n", "  File", "I'd rather", "don’t", "~/.x"]
+          "a.c:3:1: error: ", "FAIL: ", "Traceback (most recent call last):\n", "  File", "I'd rather", "don’t", "~/.x",
+          "build/", "/testbed", "a/b/c"]
 _GLUE = [" ", "", "\n", "\t", ".", "/", "-", "_", ":", ",", "#", "=", "(", ")", "[", "]", "'", '"', "\u00a0",
          "\u3000", "\x1c", "\u2028"]
 _ODD = ["\u212a", "\u017f", "İ", "ı", "ß", "٣", "０", "९", "²", "µ", "°", "🙂", "\ud800", "é", "Ω"]
