@@ -69,7 +69,7 @@ _LEFTOVER_ORDER = ("constraint", "error", "path", "command", "id", "url", "numbe
 _PATH_CHAR_RE = re.compile(r"[\w.+@-]")
 _NAME_GOES_ON_RE = re.compile(r"[\w+@-]|\.[\w+@-]")
 # Passes over what is left of the cap: each may free room by leaving out paths a later choice names whole.
-_REFILLS = 3
+_REFILLS = 2
 _FAILED_RE = re.compile(r" → (?:exit (?!0$)-?\d+|failed)$")
 
 _LINE_RE = re.compile(rf"^- #(\d+) ({'|'.join(sorted(_KIND_OF, key=len, reverse=True))}): (.+)$")
@@ -93,7 +93,7 @@ def _groupable(fact: Fact) -> bool:
     separator = _SEPARATOR.get(fact.kind)
     if separator is None:
         return False
-    return not any(c.isspace() for c in fact.text) if separator == " " else separator not in fact.text
+    return fact.text.split() == [fact.text] if separator == " " else separator not in fact.text
 
 
 def ledger_lines(facts: Sequence[Fact]) -> list[str]:
@@ -175,17 +175,12 @@ def _whole_at(written: str, at: int, end: int) -> bool:
     return not (_PATH_CHAR_RE.match(before) or _NAME_GOES_ON_RE.match(after))
 
 
-def _named_in(text: str, written: str, own_line: bool = False) -> bool:
-    """Whether the path ``text`` stands whole in ``written`` (texts one a line); with ``own_line``, somewhere
-    else than on a line of its own (the fact's own entry)."""
-    at = written.find(text)
+def _named_in(text: str, written: str, start: int = 0) -> bool:
+    """Whether the path ``text`` stands whole in ``written`` (from ``start`` on)."""
+    at = written.find(text, start)
     while at >= 0:
-        end = at + len(text)
-        if _whole_at(written, at, end):
-            alone = (at == 0 or written[at - 1] == "\n") and written[end : end + 1] in ("", "\n")
-            if not (own_line and alone):
-                return True
-            own_line = False  # its own entry is there once; a second whole line is another fact's
+        if _whole_at(written, at, at + len(text)):
+            return True
         at = written.find(text, at + 1)
     return False
 
@@ -195,9 +190,11 @@ class _Selection:
 
     def __init__(self, facts: Sequence[Fact], cost: Callable[[str], int]) -> None:
         self.facts, self._cost = facts, cost
+        self._groupable = [_groupable(fact) for fact in facts]
         self.chosen: set[int] = set()
+        self._order: list[int] = []  # the chosen facts in the order they were chosen
         self._opened: set[tuple[int, str]] = set()  # the (message, kind) lines a chosen short fact has started
-        self._written: list[str] = []
+        self._unjoined: list[str] = []  # texts chosen since `_text` was last joined
         self._text = ""
         self._prices: dict[tuple[int, bool], int] = {}
 
@@ -206,7 +203,7 @@ class _Selection:
             fact = self.facts[index]
             if joins:
                 price = self._cost(_SEPARATOR[fact.kind] + fact.text)
-            elif _groupable(fact):
+            elif self._groupable[index]:
                 price = self._cost(f"- #{fact.seq} {_GROUPED_LABELS[fact.kind]}: {fact.text}") + 1
             else:
                 price = self._cost(ledger_line(fact)) + 1
@@ -216,40 +213,46 @@ class _Selection:
     def price(self, index: int) -> int:
         """What the fact adds: its own line (a list's line, for a short one), or its place on a line started."""
         fact = self.facts[index]
-        return self._price(index, _groupable(fact) and (fact.seq, fact.kind) in self._opened)
+        return self._price(index, self._groupable[index] and (fact.seq, fact.kind) in self._opened)
 
     def named(self, index: int) -> bool:
         """Whether the fact is a path that the chosen facts already name whole (it would add nothing)."""
         fact = self.facts[index]
         if fact.kind != "path":
             return False
-        if self._written:
-            self._text = "\n".join((self._text, *self._written)) if self._text else "\n".join(self._written)
-            self._written.clear()
+        if self._unjoined:
+            self._text = "\n".join((self._text, *self._unjoined)) if self._text else "\n".join(self._unjoined)
+            self._unjoined.clear()
         return _named_in(fact.text, self._text)
 
     def take(self, index: int) -> None:
         """Choose the fact."""
         fact = self.facts[index]
         self.chosen.add(index)
-        self._written.append(fact.text)
-        if _groupable(fact):
+        self._order.append(index)
+        self._unjoined.append(fact.text)
+        if self._groupable[index]:
             self._opened.add((fact.seq, fact.kind))
 
     def drop_named(self) -> int | None:
-        """Leave out each chosen path that another chosen fact names whole (a longer path or a command chosen
-        after it); what the rest costs, or None when none was left out."""
-        text = "\n".join(self.facts[i].text for i in sorted(self.chosen))
-        named = {i for i in self.chosen if self.facts[i].kind == "path" and _named_in(self.facts[i].text, text, True)}
+        """Leave out each chosen path that a fact chosen after it names whole (a longer path, a command); what
+        the rest costs, or None when none was left out. (One chosen before it would have named it then.)"""
+        texts = [self.facts[i].text for i in self._order]
+        written, at, named = "\n".join(texts), 0, set()
+        for index, text in zip(self._order, texts, strict=True):
+            at += len(text) + 1
+            if self.facts[index].kind == "path" and _named_in(text, written, at):
+                named.add(index)
         if not named:
             return None
         self.chosen -= named
+        self._order = [i for i in self._order if i not in named]
         self._opened.clear()
         used = 0
         for index in sorted(self.chosen):
             used += self.price(index)
             fact = self.facts[index]
-            if _groupable(fact):
+            if self._groupable[index]:
                 self._opened.add((fact.seq, fact.kind))
         return used
 
