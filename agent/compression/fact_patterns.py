@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-__all__ = ["ERROR_RE", "SCANNERS", "URL_RE", "Scanner", "caseless", "command_paths", "extract_constraints", "literals"]
+__all__ = ["ERROR_RE", "SCANNERS", "STAGES", "URL_RE", "Scanner", "caseless", "command_paths", "extract_constraints", "literals"]
 
 URL_RE = re.compile(r"https?://[^\s<>\"'`)\]}]+")
 _EXTENSIONS = (
@@ -365,33 +365,38 @@ _GATE_UNITS = _UNITS.encode()
 _GATE_EXTENSIONS = b"|".join(caseless(ext) for ext in sorted(_EXTENSION_SET))
 
 
+# A message's facts are found in these stages, each only when a compaction reads that far back (`Scanner.stage`).
+STAGES = ("first", "path", "value")
+
+
 @dataclass(frozen=True, slots=True)
 class Scanner:
     """One finder of facts in a text: the ``kind`` it yields, its ``gate`` (None: no gate), and which texts
     it reads (``user_only``: rules come from what the user said; ``not_user``: what only tools and the agent write
-    reads as a fact; ``values``: the costly kinds a compaction scans only in its newest messages)."""
+    reads as a fact) and how far back a compaction reads with it (``stage``: "first" in every message; "path"
+    and then "value", the costly kinds, only in its newest messages, paths further back than the rest)."""
 
     name: str
     kind: str
     gate: bytes | None
     find: Callable[[str], Iterator[str]]
     user_only: bool = False
-    values: bool = True
+    stage: str = "value"
     not_user: bool = False
 
 
-# In the order their facts come (a message's facts are capped per kind, first come first kept).
+# In the order their facts come, stage by stage (a message's facts are capped per kind, first come first kept).
 SCANNERS: tuple[Scanner, ...] = (
     Scanner("constraint", "constraint", b"|".join(caseless(cue) for cue in _CUES), _constraints, user_only=True,
-            values=False),
-    Scanner("error", "error", literals(_ERROR_WORDS), _errors, values=False),
-    Scanner("typed_command", "command", rb"sudo|\$", _typed_commands, user_only=True, values=False),
-    Scanner("url", "url", rb"http", _urls),
+            stage="first"),
+    Scanner("error", "error", literals(_ERROR_WORDS), _errors, stage="first"),
+    Scanner("typed_command", "command", rb"sudo|\$", _typed_commands, user_only=True, stage="first"),
     # Two segments after a slash, "./" or "~/" and a segment, or a known extension.
     Scanner("path", "path", rb"/" + _SEGMENT + rb"+/" + _SEGMENT + rb"|[.~]/" + _SEGMENT + rb"|\.(?:" + _GATE_EXTENSIONS
-            + rb")", _paths),
+            + rb")", _paths, stage="path"),
     # A segment's character beside a slash.
-    Scanner("folder", "path", _SEGMENT + rb"/|/" + _SEGMENT, _folders, not_user=True),
+    Scanner("folder", "path", _SEGMENT + rb"/|/" + _SEGMENT, _folders, not_user=True, stage="path"),
+    Scanner("url", "url", rb"http", _urls),
     Scanner("uuid", "id", _UUID_HINT_RE.pattern.encode(), _uuids),
     Scanner("hash", "id", rb"[0-9a-f]{7}", _hashes),
     Scanner("issue", "id", rb"(?:" + b"|".join(caseless(w) for w in ("pr", "pull request", "issue", "ticket", "bug", "mr"))

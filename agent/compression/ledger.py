@@ -44,9 +44,12 @@ __all__ = [
 
 # The ledger may take up to this share of the summary budget on top of the summary itself.
 LEDGER_SHARE = 1.0
-# Characters of the newest messages scanned for paths, ids, URLs and numbers per token of the cap: the
-# scan is the costly part, and the facts of older text would not fit the cap anyway (they stay searchable).
-SCAN_PER_TOKEN = 80
+# Characters of the newest messages scanned for ids, URLs and numbers per token of the cap: the scan is the
+# costly part, and the facts of older text would not fit the cap anyway (they stay searchable). Paths, fewer
+# and cheaper to find, are read twice as far back: an old listing's names often still fit (and those a later
+# command names cost nothing).
+SCAN_PER_TOKEN = 40
+PATH_SCAN_PER_TOKEN = 80
 LABELS = {"constraint": "rule", "error": "error", "command": "cmd", "path": "path", "id": "id", "url": "url",
           "number": "num"}
 # Short facts of one message and kind share a line, which spares each its "- #57 path: " (a third of a short
@@ -361,7 +364,8 @@ def build_ledger(middle: Sequence[Message], numbers: Sequence[int], *, previous_
     """The ledger for a compaction of ``middle`` (``numbers[i]`` numbering ``middle[i]``): its own facts plus
     the previous summary's ledger, bounded newest first to ``cap_tokens``; coverage runs from the previous
     summary's first message to the middle's last."""
-    fresh = extract_facts(middle, lambda i: numbers[i], scan_chars=cap_tokens * SCAN_PER_TOKEN)
+    fresh = extract_facts(middle, lambda i: numbers[i], scan_chars=cap_tokens * SCAN_PER_TOKEN,
+                          path_chars=cap_tokens * PATH_SCAN_PER_TOKEN)
     facts = select_facts(merge_facts(parse_ledger(previous_summary), fresh), cap_tokens, cost)
     earlier = parse_coverage(previous_summary)
     coverage = None

@@ -28,7 +28,15 @@ from agent.compression.evidence import (
     facts_of_message,
     remember_facts,
 )
-from agent.compression.fact_patterns import _CASE_TWINS, _CUES, _ERROR_WORDS, _ISSUE_WORDS, _UNITS, SCANNERS
+from agent.compression.fact_patterns import (
+    _CASE_TWINS,
+    _CUES,
+    _ERROR_WORDS,
+    _ISSUE_WORDS,
+    _UNITS,
+    SCANNERS,
+    STAGES,
+)
 from agent.compression.fact_scan import GateScan
 
 EXAMPLES = int(os.environ.get("CONCORD_HYPOTHESIS_EXAMPLES", "300"))
@@ -57,8 +65,7 @@ generated = st.lists(fragment, max_size=24).map("".join)
 
 
 def _facts(text: str, present: frozenset[str]) -> list[list[tuple[str, str]]]:
-    return [list(evidence._text_facts(text, user, values, present)) for user in (True, False)
-            for values in (True, False)]
+    return [list(evidence._text_facts(text, user, stage, present)) for user in (True, False) for stage in STAGES]
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
