@@ -172,6 +172,18 @@ def test_the_paths_a_command_names_are_facts_of_its_call() -> None:
         "/testbed", "update.py", "sympy/core/basic.py", "sympy/core/basic.py.tmp", "src/_pytest/"]
 
 
+def test_paths_are_read_further_back_than_ids_urls_and_numbers() -> None:
+    old = {"role": "tool", "tool_call_id": "x", "content": "docs/guide.md took 12 ms, see PR #42 " + "." * 300}
+    new = {"role": "tool", "tool_call_id": "y", "content": "src/app.py took 3 ms " + "." * 300}
+    facts = {(f.kind, f.text) for f in extract_facts([old, new], lambda i: i + 1, scan_chars=100, path_chars=400)}
+    assert {("path", "docs/guide.md"), ("path", "src/app.py"), ("number", "3 ms")} <= facts
+    assert not {("number", "12 ms"), ("id", "PR #42")} & facts
+    # Without path_chars paths stop where the rest does; without scan_chars everything is read.
+    assert ("path", "docs/guide.md") not in {(f.kind, f.text) for f in extract_facts([old, new], lambda i: i + 1,
+                                                                                     scan_chars=100)}
+    assert ("id", "PR #42") in {(f.kind, f.text) for f in extract_facts([old, new], lambda i: i + 1)}
+
+
 def test_secrets_are_redacted_and_summaries_give_nothing() -> None:
     key = "sk-proj-" + "Q7w8E9r0" * 5
     facts = facts_of_message({"role": "user", "content": f"Never share {key} with anyone."}, 3)

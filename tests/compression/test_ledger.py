@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from agent.compression.evidence import Fact
 from agent.compression.ledger import (
     budget_kind,
@@ -11,6 +14,7 @@ from agent.compression.ledger import (
     ledger_cap,
     ledger_line,
     ledger_lines,
+    merge_facts,
     parse_coverage,
     parse_ledger,
     select_facts,
@@ -98,6 +102,33 @@ def test_paths_named_by_commands_leave_their_room_to_older_paths() -> None:
         named = [f for f in (*listing, *runs) if f.kind == "path" and f.text in _rendered(kept)]
         assert len(named) == len(ran) + len(written)
     assert any(f in kept for f in listing)
+
+
+_SEGMENTS = st.sampled_from(["src", "pkg", "a.py", "data.py", "a.py.bak", "tests", "build", "x"])
+_PATHS = st.lists(_SEGMENTS, min_size=1, max_size=4).map("/".join)
+_FACTS = st.lists(st.one_of(
+    st.builds(lambda p, seq: Fact("path", p, seq), _PATHS, st.integers(1, 30)),
+    st.builds(lambda p, seq: Fact("command", f"cat {p} → exit 0", seq), _PATHS, st.integers(1, 30)),
+    st.builds(lambda n, seq: Fact("number", f"{n} ms", seq), st.integers(0, 99), st.integers(1, 30))), max_size=60)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_FACTS, st.integers(20, 400))
+def test_no_written_path_is_named_whole_by_another_and_the_bound_holds(facts: list[Fact], cap: int) -> None:
+    facts = merge_facts([], facts)
+    kept = select_facts(facts, cap, COUNT)
+    assert sum(COUNT(line) + 1 for line in ledger_lines(kept)) <= cap
+    text = _rendered(kept)
+    for path in (f for f in kept if f.kind == "path"):
+        # (Whole as far as the generated texts go: between slashes, spaces and line ends.)
+        others = "\n".join(f.text for f in kept if f is not path)
+        assert not any(others[i - 1 : i] in ("", "\n", " ", "/") and others[i + len(path.text):][:1] in ("", "\n", " ", "/")
+                       for i in _occurrences(path.text, others))
+    assert set(kept) <= set(facts) and all(f.text in text for f in kept)
+
+
+def _occurrences(needle: str, haystack: str) -> list[int]:
+    return [i for i in range(len(haystack)) if haystack.startswith(needle, i)]
 
 
 def _about(tokens: int, kind: str, start: str, clause: str, seq: int) -> Fact:
