@@ -281,8 +281,8 @@ def _folders(text: str) -> Iterator[str]:
             continue
         path = _path_token(token)
         segments = path.strip("/").split("/")
-        if len(segments) == 1 and path[0] == "/" and ("<" in token or ">" in token):
-            continue  # a closing tag, "</output>"
+        if len(segments) == 1 and any(c in token for c in "<>'\""):
+            continue  # a closing tag, "</output>", or a quoted sed or grep pattern, "'/def"
         if (_FOLDER_RE.fullmatch(path) and not _PATH_RE.fullmatch(path)
                 and all(any(c.isalnum() for c in segment) for segment in segments)
                 and any(c.isalpha() for c in segments[-1]) and (len(segments) > 1 or len(segments[0]) > 1)):
@@ -290,10 +290,13 @@ def _folders(text: str) -> Iterator[str]:
 
 
 def command_paths(command: str) -> Iterator[str]:
-    """The paths a shell command names, in order: files (`_paths`) and folders (`_folders`), token by token."""
+    """The paths a shell command names, in order, token by token: files (`_paths`), and folders (`_folders`)
+    in an unquoted word with a slash before its last character — a quoted one or "name/" is more often a sed
+    or grep pattern ('/def', 's/NotImplemented/…') than a folder."""
     for token in command.split():
         yield from _paths(token)
-        yield from _folders(token)
+        if "/" in token.rstrip("/") and "'" not in token and '"' not in token:
+            yield from _folders(token)
 
 
 def _mixed(token: str) -> bool:

@@ -153,7 +153,7 @@ def test_paths_urls_ids_and_numbers_with_units() -> None:
 
 def test_folders_and_extensionless_paths_in_what_tools_write() -> None:
     listing = ("CITATION.bib  build/  results/2025-07-v1/  __pycache__/\nsrc/_pytest/mark\nbuild/test/style\n"
-               "cd /testbed && ls\n</output> `django/db/models/lookups.py`. and/or 1/2/3 a/b x/ 2024/01/02 https://x.io/a/b/c")
+               "cd /testbed && ls\n</output> sed '/def' `django/db/models/lookups.py`. and/or 1/2/3 a/b x/ 2024/01/02 https://x.io/a/b/c")
     paths = [f.text for f in facts_of_message({"role": "tool", "tool_call_id": "x", "content": listing}, 1)
              if f.kind == "path"]
     assert paths == ["CITATION.bib", "django/db/models/lookups.py", "build/", "results/2025-07-v1/", "__pycache__/",
@@ -164,12 +164,13 @@ def test_folders_and_extensionless_paths_in_what_tools_write() -> None:
 
 
 def test_the_paths_a_command_names_are_facts_of_its_call() -> None:
-    command = "cd /testbed && python3 update.py < sympy/core/basic.py > sympy/core/basic.py.tmp && ls src/_pytest/"
+    command = ("cd /testbed && python3 update.py < sympy/core/basic.py > sympy/core/basic.py.tmp && ls src/_pytest/ "
+               "&& sed -i '/def old/d;s/NotImplemented/False/' a.py && ls build/")
     messages = [{"role": "assistant", "content": "", "tool_calls": [_call("a", "bash", command=command)]},
                 {"role": "tool", "tool_call_id": "a", "content": "<returncode>0</returncode>"}]
     facts = extract_facts(messages, lambda i: i + 1, scan_chars=0)
     assert [f.text for f in facts if f.kind == "path"] == [
-        "/testbed", "update.py", "sympy/core/basic.py", "sympy/core/basic.py.tmp", "src/_pytest/"]
+        "/testbed", "update.py", "sympy/core/basic.py", "sympy/core/basic.py.tmp", "src/_pytest/", "a.py"]
 
 
 def test_paths_are_read_further_back_than_ids_urls_and_numbers() -> None:
