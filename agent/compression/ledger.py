@@ -71,6 +71,7 @@ _LEFTOVER_ORDER = ("constraint", "error", "path", "command", "id", "url", "numbe
 # goes on after it: "a.py" is whole at a sentence's end, not in "a.py.bak").
 _PATH_CHAR_RE = re.compile(r"[\w.+@-]")
 _NAME_GOES_ON_RE = re.compile(r"[\w+@-]|\.[\w+@-]")
+_NOT_NAME_RE = re.compile(r"[^\w.+@-]+")
 # Passes over what is left of the cap: each may free room by leaving out paths a later choice names whole.
 _REFILLS = 2
 _FAILED_RE = re.compile(r" → (?:exit (?!0$)-?\d+|failed)$")
@@ -188,6 +189,12 @@ def _named_in(text: str, written: str, start: int = 0) -> bool:
     return False
 
 
+def _words(text: str) -> frozenset[str]:
+    """The runs of name characters in ``text`` (a trailing "." cut off): a path standing whole in a text has
+    each of its own among them, which rules most texts out before any search."""
+    return frozenset(w.rstrip(".") for w in _NOT_NAME_RE.split(text)) - {""}
+
+
 class _Selection:
     """The facts chosen so far (indices into ``facts``), what each costs, and the text they put in the window."""
 
@@ -199,7 +206,16 @@ class _Selection:
         self._opened: set[tuple[int, str]] = set()  # the (message, kind) lines a chosen short fact has started
         self._unjoined: list[str] = []  # texts chosen since `_text` was last joined
         self._text = ""
+        self._chosen_words: set[str] = set()
+        self._words: dict[int, frozenset[str]] = {}
         self._prices: dict[tuple[int, bool], int] = {}
+
+    def words(self, index: int) -> frozenset[str]:
+        """`_words` of a fact's text."""
+        found = self._words.get(index)
+        if found is None:
+            found = self._words[index] = _words(self.facts[index].text)
+        return found
 
     def _price(self, index: int, joins: bool) -> int:
         if (index, joins) not in self._prices:
@@ -221,7 +237,7 @@ class _Selection:
     def named(self, index: int) -> bool:
         """Whether the fact is a path that the chosen facts already name whole (it would add nothing)."""
         fact = self.facts[index]
-        if fact.kind != "path":
+        if fact.kind != "path" or not self.words(index) <= self._chosen_words:
             return False
         if self._unjoined:
             self._text = "\n".join((self._text, *self._unjoined)) if self._text else "\n".join(self._unjoined)
@@ -234,6 +250,7 @@ class _Selection:
         self.chosen.add(index)
         self._order.append(index)
         self._unjoined.append(fact.text)
+        self._chosen_words |= self.words(index)
         if self._groupable[index]:
             self._opened.add((fact.seq, fact.kind))
 
@@ -241,11 +258,13 @@ class _Selection:
         """Leave out each chosen path that a fact chosen after it names whole (a longer path, a command); what
         the rest costs, or None when none was left out. (One chosen before it would have named it then.)"""
         texts = [self.facts[i].text for i in self._order]
-        written, at, named = "\n".join(texts), 0, set()
-        for index, text in zip(self._order, texts, strict=True):
-            at += len(text) + 1
-            if self.facts[index].kind == "path" and _named_in(text, written, at):
+        written, at, named = "\n".join(texts), len(texts) + sum(map(len, texts)), set()
+        later: set[str] = set()  # the words of the facts chosen after the one at hand
+        for index, text in zip(reversed(self._order), reversed(texts), strict=True):
+            if self.facts[index].kind == "path" and self.words(index) <= later and _named_in(text, written, at):
                 named.add(index)
+            at -= len(text) + 1
+            later |= self.words(index)
         if not named:
             return None
         self.chosen -= named
