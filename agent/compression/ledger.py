@@ -71,7 +71,8 @@ _LEFTOVER_ORDER = ("constraint", "error", "path", "command", "id", "url", "numbe
 # goes on after it: "a.py" is whole at a sentence's end, not in "a.py.bak").
 _PATH_CHAR_RE = re.compile(r"[\w.+@-]")
 _NAME_GOES_ON_RE = re.compile(r"[\w+@-]|\.[\w+@-]")
-_NOT_NAME_RE = re.compile(r"[^\w.+@-]+")
+# A run of name characters without the dots it ends with.
+_WORD_RE = re.compile(r"[\w.+@-]*[\w+@-]")
 # Passes over what is left of the cap: each may free room by leaving out paths a later choice names whole.
 _REFILLS = 2
 _FAILED_RE = re.compile(r" → (?:exit (?!0$)-?\d+|failed)$")
@@ -179,9 +180,9 @@ def _whole_at(written: str, at: int, end: int) -> bool:
     return not (_PATH_CHAR_RE.match(before) or _NAME_GOES_ON_RE.match(after))
 
 
-def _named_in(text: str, written: str, start: int = 0) -> bool:
-    """Whether the path ``text`` stands whole in ``written`` (from ``start`` on)."""
-    at = written.find(text, start)
+def _named_in(text: str, written: str) -> bool:
+    """Whether the path ``text`` stands whole in ``written``."""
+    at = written.find(text)
     while at >= 0:
         if _whole_at(written, at, at + len(text)):
             return True
@@ -190,23 +191,21 @@ def _named_in(text: str, written: str, start: int = 0) -> bool:
 
 
 def _words(text: str) -> frozenset[str]:
-    """The runs of name characters in ``text`` (a trailing "." cut off): a path standing whole in a text has
-    each of its own among them, which rules most texts out before any search."""
-    return frozenset(w.rstrip(".") for w in _NOT_NAME_RE.split(text)) - {""}
+    """The runs of name characters in ``text`` (the dots they end with cut off): a path standing whole in a
+    text has each of its own among them."""
+    return frozenset(_WORD_RE.findall(text))
 
 
 class _Selection:
-    """The facts chosen so far (indices into ``facts``), what each costs, and the text they put in the window."""
+    """The facts chosen so far (indices into ``facts``), what each costs, and which chosen facts hold each word
+    (a path is searched for only in the texts that hold its rarest word)."""
 
     def __init__(self, facts: Sequence[Fact], cost: Callable[[str], int]) -> None:
         self.facts, self._cost = facts, cost
         self._groupable = [_groupable(fact) for fact in facts]
-        self.chosen: set[int] = set()
-        self._order: list[int] = []  # the chosen facts in the order they were chosen
+        self.chosen: dict[int, int] = {}  # index → the order it was chosen in
         self._opened: set[tuple[int, str]] = set()  # the (message, kind) lines a chosen short fact has started
-        self._unjoined: list[str] = []  # texts chosen since `_text` was last joined
-        self._text = ""
-        self._chosen_words: set[str] = set()
+        self._holders: dict[str, list[int]] = {}  # word → the chosen facts whose text holds it
         self._words: dict[int, frozenset[str]] = {}
         self._prices: dict[tuple[int, bool], int] = {}
 
@@ -234,48 +233,49 @@ class _Selection:
         fact = self.facts[index]
         return self._price(index, self._groupable[index] and (fact.seq, fact.kind) in self._opened)
 
+    def _namers(self, index: int) -> list[int]:
+        """The chosen facts that may name a path whole: those holding its rarest word ([] when one is held by
+        none)."""
+        holders = [self._holders.get(word, []) for word in self.words(index)]
+        return min(holders, key=len) if holders else []
+
     def named(self, index: int) -> bool:
         """Whether the fact is a path that the chosen facts already name whole (it would add nothing)."""
         fact = self.facts[index]
-        if fact.kind != "path" or not self.words(index) <= self._chosen_words:
-            return False
-        if self._unjoined:
-            self._text = "\n".join((self._text, *self._unjoined)) if self._text else "\n".join(self._unjoined)
-            self._unjoined.clear()
-        return _named_in(fact.text, self._text)
+        return fact.kind == "path" and any(_named_in(fact.text, self.facts[j].text) for j in self._namers(index))
 
     def take(self, index: int) -> None:
         """Choose the fact."""
         fact = self.facts[index]
-        self.chosen.add(index)
-        self._order.append(index)
-        self._unjoined.append(fact.text)
-        self._chosen_words |= self.words(index)
+        self.chosen[index] = len(self.chosen)
+        for word in self.words(index):
+            self._holders.setdefault(word, []).append(index)
         if self._groupable[index]:
             self._opened.add((fact.seq, fact.kind))
 
     def drop_named(self) -> int | None:
         """Leave out each chosen path that a fact chosen after it names whole (a longer path, a command); what
         the rest costs, or None when none was left out. (One chosen before it would have named it then.)"""
-        texts = [self.facts[i].text for i in self._order]
-        written, at, named = "\n".join(texts), len(texts) + sum(map(len, texts)), set()
-        later: set[str] = set()  # the words of the facts chosen after the one at hand
-        for index, text in zip(reversed(self._order), reversed(texts), strict=True):
-            if self.facts[index].kind == "path" and self.words(index) <= later and _named_in(text, written, at):
-                named.add(index)
-            at -= len(text) + 1
-            later |= self.words(index)
+        named = {i for i, order in self.chosen.items() if self.facts[i].kind == "path" and any(
+            self.chosen[j] > order and _named_in(self.facts[i].text, self.facts[j].text) for j in self._namers(i))}
         if not named:
             return None
-        self.chosen -= named
-        self._order = [i for i in self._order if i not in named]
-        self._opened.clear()
+        kept = [i for i in self.chosen if i not in named]
+        self.chosen, self._holders, self._opened = {}, {}, set()
+        for index in kept:
+            self.take(index)
+        return self._cost_of(kept)
+
+    def _cost_of(self, indices: list[int]) -> int:
+        """What the facts cost together: in message order, each line's first fact pays for the line."""
+        started: set[tuple[int, str]] = set()
         used = 0
-        for index in sorted(self.chosen):
-            used += self.price(index)
+        for index in sorted(indices):
             fact = self.facts[index]
+            joins = self._groupable[index] and (fact.seq, fact.kind) in started
+            used += self._price(index, joins)
             if self._groupable[index]:
-                self._opened.add((fact.seq, fact.kind))
+                started.add((fact.seq, fact.kind))
         return used
 
 
