@@ -24,7 +24,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.compression.describe import call_arguments
-from agent.compression.fact_patterns import ERROR_RE, SCANNERS, URL_RE, extract_constraints
+from agent.compression.fact_patterns import (
+    ERROR_RE,
+    SCANNERS,
+    STAGES,
+    URL_RE,
+    command_paths,
+    extract_constraints,
+)
 from agent.compression.fact_scan import GateScan
 from agent.compression.messages import Message, content_text, tool_calls_of
 from agent.compression.redact import redact_secrets
@@ -99,6 +106,9 @@ def _call_facts(call: Mapping[str, Any], result: str | None) -> Iterator[tuple[s
         value = args.get(key)
         if isinstance(value, str) and value.strip():
             yield "command", f"{_clip(value, 'command')} → {_exit_note(result)}"
+            # The files a command works on are what the agent acted on; past the clipped command's text only
+            # these stay in the ledger.
+            yield from (("path", p) for p in command_paths(value[:_SCAN_HEAD]))
             break
     for key in _PATH_KEYS:
         value = args.get(key)
@@ -109,11 +119,12 @@ def _call_facts(call: Mapping[str, Any], result: str | None) -> Iterator[tuple[s
             yield from (("url", u.rstrip(".,:;")) for u in URL_RE.findall(value[:_SCAN_HEAD]))
 
 
-def _text_facts(text: str, user: bool, values: bool, present: frozenset[str]) -> Iterator[tuple[str, str]]:
-    """Raw facts of ``text`` (cut to what is scanned) from the finders that read values, or from the others;
-    ``present``: the finders whose gate occurs."""
+def _text_facts(text: str, user: bool, stage: str, present: frozenset[str]) -> Iterator[tuple[str, str]]:
+    """Raw facts of ``text`` (cut to what is scanned) from the finders of one `STAGES` stage; ``present``: the
+    finders whose gate occurs."""
     for scanner in SCANNERS:
-        if scanner.values == values and (user or not scanner.user_only) and scanner.name in present:
+        reads = not scanner.not_user if user else not scanner.user_only
+        if scanner.stage == stage and reads and scanner.name in present:
             yield from ((scanner.kind, raw) for raw in scanner.find(text))
 
 
@@ -141,18 +152,26 @@ def _accept(pairs: Iterable[tuple[str, str]], earlier: Sequence[tuple[str, str]]
 
 @dataclass(slots=True)
 class _MessageFacts:
-    """What one message yields: its calls' facts, rules and errors (``first``), then the paths, URLs, ids
-    and numbers of its text (``values``; None until something asked for them), and the gates found in its
-    text, so that the later scan for values needs no second pass."""
+    """What one message yields: its calls' facts, rules and errors (``first``), then the paths of its text
+    (``paths``), then its URLs, ids and numbers (``values``) — each None until something asked for it —, and the
+    gates found in its text, so that the later scans need no second pass."""
 
     first: tuple[tuple[str, str], ...]
+    paths: tuple[tuple[str, str], ...] | None
     values: tuple[tuple[str, str], ...] | None
     present: frozenset[str]
+
+    def upto(self, stage: str) -> tuple[tuple[str, str], ...]:
+        """The facts found in the stages up to ``stage``."""
+        if stage == "first":
+            return self.first
+        found = self.first + (self.paths or ())
+        return found if stage == "path" else found + (self.values or ())
 
 
 _CACHE: LruCache[tuple[Any, ...], _MessageFacts] = LruCache(_CACHE_SIZE)
 # A handoff summary or a system prompt: no facts.
-_NOTHING = _MessageFacts((), (), frozenset())
+_NOTHING = _MessageFacts((), (), (), frozenset())
 
 
 def clear_fact_cache() -> None:
@@ -182,9 +201,9 @@ class _Batch:
         result = self.results.get(str(call.get("id")))
         return None if result is None else self.text_key(result)
 
-    def facts(self, message: Message, *, values: bool) -> tuple[tuple[str, str], ...]:
-        """The (kind, text) facts of ``message``, from the cache where it has them (the key: its role, its
-        text, each call's arguments and result)."""
+    def facts(self, message: Message, *, stage: str) -> tuple[tuple[str, str], ...]:
+        """The (kind, text) facts of ``message`` found in the `STAGES` up to ``stage``, from the cache where it
+        has them (the key: its role, its text, each call's arguments and result)."""
         role = message.get("role")
         text = content_text(message)
         calls = tool_calls_of(message) if role == "assistant" else ()
@@ -201,16 +220,17 @@ class _Batch:
             pairs: list[tuple[str, str]] = []
             for call in calls:
                 pairs.extend(_call_facts(call, self.results.get(str(call.get("id")))))
-            pairs.extend(_text_facts(scanned, user, False, present))
-            entry = _MessageFacts(_accept(pairs, (), self.redacted), None, present)
+            pairs.extend(_text_facts(scanned, user, "first", present))
+            entry = _MessageFacts(_accept(pairs, (), self.redacted), None, None, present)
             _CACHE.put(key, entry)
-        if not values:
-            return entry.first
-        if entry.values is None:
-            # Facts of calls, rules and errors come first and take their places in the per-kind caps.
-            found = _text_facts(_scanned(text), role == "user", True, entry.present)
-            entry.values = _accept(found, entry.first, self.redacted)
-        return entry.first + entry.values
+        # Facts of calls, rules and errors come first and take their places in the per-kind caps, then paths.
+        if stage != "first" and entry.paths is None:
+            found = _text_facts(_scanned(text), role == "user", "path", entry.present)
+            entry.paths = _accept(found, entry.first, self.redacted)
+        if stage == "value" and entry.values is None:
+            found = _text_facts(_scanned(text), role == "user", "value", entry.present)
+            entry.values = _accept(found, entry.first + (entry.paths or ()), self.redacted)
+        return entry.upto(stage)
 
 
 def _arguments_key(call: Mapping[str, Any]) -> tuple[bool, str | bytes]:
@@ -229,7 +249,8 @@ def facts_of_message(message: Message, seq: int, results: Mapping[str, str] | No
     text (for the exit status of a command). ``values=False`` skips the costly scan of the text for paths,
     URLs, ids and numbers (rules, errors and the calls' commands and paths are still taken). A handoff
     summary or a system prompt gives none."""
-    return [Fact(kind, text, seq) for kind, text in _Batch(results).facts(message, values=values)]
+    stage = STAGES[-1] if values else STAGES[0]
+    return [Fact(kind, text, seq) for kind, text in _Batch(results).facts(message, stage=stage)]
 
 
 def remember_facts(messages: Sequence[Message]) -> None:
@@ -239,27 +260,33 @@ def remember_facts(messages: Sequence[Message]) -> None:
     looked up among ``messages``, so pass a call with its results."""
     batch = _Batch(_results_of(messages))
     for message in messages:
-        batch.facts(message, values=True)
+        batch.facts(message, stage=STAGES[-1])
 
 
 def extract_facts(messages: Sequence[Message], number: Callable[[int], int], *,
-                  scan_chars: int | None = None) -> list[Fact]:
+                  scan_chars: int | None = None, path_chars: int | None = None) -> list[Fact]:
     """Every fact of ``messages`` in message order, each once (the newest occurrence wins).
 
     ``number(i)`` is the message number of ``messages[i]`` (the store's sequence, or a position). With
-    ``scan_chars``, only the newest messages, that many characters of their text, are scanned for paths,
-    URLs, ids and numbers (the costly scan): a bounded ledger keeps the newest facts anyway. Rules, errors
-    and the calls' commands and paths are taken from every message.
+    ``scan_chars``, only the newest messages, that many characters of their text, are scanned for URLs, ids
+    and numbers (the costly scan): a bounded ledger keeps the newest facts anyway; with ``path_chars`` (by
+    default ``scan_chars``), that many for paths. Rules, errors and the calls' commands and paths are taken
+    from every message.
     """
     batch = _Batch(_results_of(messages))
     newest: dict[tuple[str, str], Fact] = {}
+    if scan_chars is not None:
+        path_chars = scan_chars if path_chars is None else max(path_chars, scan_chars)
     scanned = 0
     for i in range(len(messages) - 1, -1, -1):
-        values = scan_chars is None or scanned < scan_chars
-        if values and scan_chars is not None:
+        if scan_chars is None or scanned < scan_chars:
+            stage = "value"
+        else:
+            stage = "path" if path_chars is not None and scanned < path_chars else "first"
+        if stage != "first":
             scanned += min(len(content_text(messages[i])), _SCAN_HEAD + _SCAN_TAIL)
         seq = number(i)
-        for kind, text in batch.facts(messages[i], values=values):
+        for kind, text in batch.facts(messages[i], stage=stage):
             if (kind, text) not in newest:
                 newest[kind, text] = Fact(kind, text, seq)
     return sorted(newest.values(), key=lambda f: f.seq)

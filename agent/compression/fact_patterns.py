@@ -25,14 +25,14 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-__all__ = ["ERROR_RE", "SCANNERS", "URL_RE", "Scanner", "caseless", "extract_constraints", "literals"]
+__all__ = ["ERROR_RE", "SCANNERS", "STAGES", "URL_RE", "Scanner", "caseless", "command_paths", "extract_constraints", "literals"]
 
 URL_RE = re.compile(r"https?://[^\s<>\"'`)\]}]+")
 _EXTENSIONS = (
     "py|pyi|js|jsx|ts|tsx|mjs|cjs|json|jsonl|ya?ml|toml|ini|cfg|conf|md|rst|txt|csv|tsv|log|sh|bash|zsh|ps1|"
     "c|h|cc|cpp|hpp|cs|go|rs|java|kt|swift|rb|php|pl|lua|sql|html?|css|scss|vue|svelte|xml|lock|env|"
     "dockerfile|mk|gradle|proto|ipynb|patch|diff|service|timer|socket|deb|rpm|tar|gz|tgz|zip|so|dll|exe|iso|img|"
-    "o|a|cu|cuh|out|bin|whl|egg|jar|tmp|bak|orig|rej|pyc|db|sqlite|pem|crt|png|jpe?g|gif|svg|pdf|mp3|mp4|cab|bz2|xz"
+    "o|a|cu|cuh|out|bin|whl|egg|jar|tmp|bak|orig|rej|pyc|db|sqlite|pem|crt|png|jpe?g|gif|svg|pdf|mp3|mp4|cab|bz2|xz|pyx|pxd|tex|bib"
 )
 _EXTENSION_SET = frozenset(_EXTENSIONS.replace("ya?ml", "yml|yaml").replace("html?", "htm|html")
                            .replace("jpe?g", "jpg|jpeg").split("|"))
@@ -46,6 +46,8 @@ _PATH_RE = re.compile(
     re.I,
 )
 _TOKEN_EDGES = "'\"`()<>[]{},;:|=*!?"
+# What `_folders` reads: "name/", "a/b/" or "/name/", "/name", "a/b/c" and longer (a segment as in _PATH_RE).
+_FOLDER_RE = re.compile(r"(?:[\w.+@-]+/)+|/[\w.+@-]+/?|[\w.+@-]+(?:/[\w.+@-]+){2,}/?")
 # A pattern opening with a lookbehind or ``\b`` is tried at every position of the text; a leading lookahead
 # of the characters a match can start with lets the regex engine skip the others in C (2× faster overall).
 _HEX_RE = re.compile(r"\b[0-9a-f]{7,40}\b")  # with a digit and a letter (checked after: lookaheads are slow)
@@ -246,6 +248,14 @@ def _urls(text: str) -> Iterator[str]:
         yield from (u.rstrip(".,:;") for u in URL_RE.findall(text))
 
 
+def _path_token(token: str) -> str:
+    """The path a whitespace-separated token may hold: quotes, brackets and trailing punctuation cut off, and a
+    line number or a test id after a colon ("src/app.py:42:" in grep output and tracebacks, "tests/x.py::test_y"
+    in pytest's) — so "`src/a.py`." gives "src/a.py"."""
+    path = token.lstrip(_TOKEN_EDGES).rstrip(_TOKEN_EDGES + ".,;").split(":", 1)[0]
+    return path.rstrip(_TOKEN_EDGES + ".,;")
+
+
 def _paths(text: str) -> Iterator[str]:
     # Token by token: one regex over the whole text backtracks at every position (10× slower).
     for token in text.split():
@@ -253,13 +263,40 @@ def _paths(text: str) -> Iterator[str]:
             continue
         if "://" in token:
             continue
-        # "src/app.py:42:" (grep, tracebacks) and "tests/x.py::test_y" (pytest) name the file before the colon.
-        path = token.strip(_TOKEN_EDGES).split(":", 1)[0].rstrip(".,;")
+        path = _path_token(token)
         if "/" not in path and path.rsplit(".", 1)[-1].lower() not in _EXTENSION_SET:
             continue
         # A bare "1.5" style version or "e.g" is not a file; a path has a letter in its last segment.
         if _PATH_RE.fullmatch(path) and any(c.isalpha() for c in path.rstrip("/").rsplit("/", 1)[-1]):
             yield path
+
+
+def _folders(text: str) -> Iterator[str]:
+    """Paths without a known extension that `_paths` leaves: a folder written with its trailing slash
+    ("build/", "src/_pytest/", "/testbed/"), a lone absolute name ("/testbed"), a relative path of three or more
+    segments ("src/_pytest/mark", "build/test/style") — in what tools and the agent write (a chat user's
+    "sata/scsi/etc" lists alternatives)."""
+    for token in text.split():
+        if "/" not in token or "://" in token:
+            continue
+        path = _path_token(token)
+        segments = path.strip("/").split("/")
+        if len(segments) == 1 and any(c in token for c in "<>'\""):
+            continue  # a closing tag, "</output>", or a quoted sed or grep pattern, "'/def"
+        if (_FOLDER_RE.fullmatch(path) and not _PATH_RE.fullmatch(path)
+                and all(any(c.isalnum() for c in segment) for segment in segments)
+                and any(c.isalpha() for c in segments[-1]) and (len(segments) > 1 or len(segments[0]) > 1)):
+            yield path
+
+
+def command_paths(command: str) -> Iterator[str]:
+    """The paths a shell command names, in order, token by token: files (`_paths`), and folders (`_folders`)
+    in an unquoted word with a slash before its last character — a quoted one or "name/" is more often a sed
+    or grep pattern ('/def', 's/NotImplemented/…') than a folder."""
+    for token in command.split():
+        yield from _paths(token)
+        if "/" in token.rstrip("/") and "'" not in token and '"' not in token:
+            yield from _folders(token)
 
 
 def _mixed(token: str) -> bool:
@@ -331,30 +368,38 @@ _GATE_UNITS = _UNITS.encode()
 _GATE_EXTENSIONS = b"|".join(caseless(ext) for ext in sorted(_EXTENSION_SET))
 
 
+# A message's facts are found in these stages, each only when a compaction reads that far back (`Scanner.stage`).
+STAGES = ("first", "path", "value")
+
+
 @dataclass(frozen=True, slots=True)
 class Scanner:
     """One finder of facts in a text: the ``kind`` it yields, its ``gate`` (None: no gate), and which texts
-    it reads (``user_only``: rules come from what the user said; ``values``: the costly kinds a compaction
-    scans only in its newest messages)."""
+    it reads (``user_only``: rules come from what the user said; ``not_user``: what only tools and the agent write
+    reads as a fact) and how far back a compaction reads with it (``stage``: "first" in every message; "path"
+    and then "value", the costly kinds, only in its newest messages, paths further back than the rest)."""
 
     name: str
     kind: str
     gate: bytes | None
     find: Callable[[str], Iterator[str]]
     user_only: bool = False
-    values: bool = True
+    stage: str = "value"
+    not_user: bool = False
 
 
-# In the order their facts come (a message's facts are capped per kind, first come first kept).
+# In the order their facts come, stage by stage (a message's facts are capped per kind, first come first kept).
 SCANNERS: tuple[Scanner, ...] = (
     Scanner("constraint", "constraint", b"|".join(caseless(cue) for cue in _CUES), _constraints, user_only=True,
-            values=False),
-    Scanner("error", "error", literals(_ERROR_WORDS), _errors, values=False),
-    Scanner("typed_command", "command", rb"sudo|\$", _typed_commands, user_only=True, values=False),
-    Scanner("url", "url", rb"http", _urls),
+            stage="first"),
+    Scanner("error", "error", literals(_ERROR_WORDS), _errors, stage="first"),
+    Scanner("typed_command", "command", rb"sudo|\$", _typed_commands, user_only=True, stage="first"),
     # Two segments after a slash, "./" or "~/" and a segment, or a known extension.
     Scanner("path", "path", rb"/" + _SEGMENT + rb"+/" + _SEGMENT + rb"|[.~]/" + _SEGMENT + rb"|\.(?:" + _GATE_EXTENSIONS
-            + rb")", _paths),
+            + rb")", _paths, stage="path"),
+    # A segment's character beside a slash.
+    Scanner("folder", "path", _SEGMENT + rb"/|/" + _SEGMENT, _folders, not_user=True, stage="path"),
+    Scanner("url", "url", rb"http", _urls),
     Scanner("uuid", "id", _UUID_HINT_RE.pattern.encode(), _uuids),
     Scanner("hash", "id", rb"[0-9a-f]{7}", _hashes),
     Scanner("issue", "id", rb"(?:" + b"|".join(caseless(w) for w in ("pr", "pull request", "issue", "ticket", "bug", "mr"))

@@ -44,9 +44,12 @@ __all__ = [
 
 # The ledger may take up to this share of the summary budget on top of the summary itself.
 LEDGER_SHARE = 1.0
-# Characters of the newest messages scanned for paths, ids, URLs and numbers per token of the cap: the
-# scan is the costly part, and the facts of older text would not fit the cap anyway (they stay searchable).
+# Characters of the newest messages scanned for ids, URLs and numbers per token of the cap: the scan is the
+# costly part, and the facts of older text would not fit the cap anyway (they stay searchable). Paths, fewer
+# and cheaper to find, are read twice as far back: an old listing's names often still fit (and those a later
+# command names cost nothing).
 SCAN_PER_TOKEN = 40
+PATH_SCAN_PER_TOKEN = 80
 LABELS = {"constraint": "rule", "error": "error", "command": "cmd", "path": "path", "id": "id", "url": "url",
           "number": "num"}
 # Short facts of one message and kind share a line, which spares each its "- #57 path: " (a third of a short
@@ -64,6 +67,14 @@ _AT_LEAST_ONE = frozenset({"constraint", "error"})
 # What is left of the cap goes to the kinds in this order: paths before commands, as a path costs a few tokens
 # on a shared line and a command a line of its own.
 _LEFTOVER_ORDER = ("constraint", "error", "path", "command", "id", "url", "number")
+# A path stands whole in a text when no name character comes right before it nor after it ("." only when a name
+# goes on after it: "a.py" is whole at a sentence's end, not in "a.py.bak").
+_PATH_CHAR_RE = re.compile(r"[\w.+@-]")
+_NAME_GOES_ON_RE = re.compile(r"[\w+@-]|\.[\w+@-]")
+# A run of name characters without the dots it ends with.
+_WORD_RE = re.compile(r"[\w.+@-]*[\w+@-]")
+# Passes over what is left of the cap: each may free room by leaving out paths a later choice names whole.
+_REFILLS = 2
 _FAILED_RE = re.compile(r" → (?:exit (?!0$)-?\d+|failed)$")
 
 _LINE_RE = re.compile(rf"^- #(\d+) ({'|'.join(sorted(_KIND_OF, key=len, reverse=True))}): (.+)$")
@@ -87,7 +98,7 @@ def _groupable(fact: Fact) -> bool:
     separator = _SEPARATOR.get(fact.kind)
     if separator is None:
         return False
-    return not any(c.isspace() for c in fact.text) if separator == " " else separator not in fact.text
+    return fact.text.split() == [fact.text] if separator == " " else separator not in fact.text
 
 
 def ledger_lines(facts: Sequence[Fact]) -> list[str]:
@@ -162,56 +173,152 @@ def budget_kind(fact: Fact) -> str:
     return "error" if fact.kind == "command" and _FAILED_RE.search(fact.text) else fact.kind
 
 
+def _whole_at(written: str, at: int, end: int) -> bool:
+    """Whether ``written[at:end]`` is a whole path, not part of a longer name ("a.py" in "data.py" or in
+    "a.py.bak"): a directory of a longer path ("src/pkg" in "src/pkg/a.py") or a file's name in one is whole."""
+    before, after = written[at - 1 : at] if at else "", written[end : end + 2]
+    return not (_PATH_CHAR_RE.match(before) or _NAME_GOES_ON_RE.match(after))
+
+
+def _named_in(text: str, written: str) -> bool:
+    """Whether the path ``text`` stands whole in ``written``."""
+    at = written.find(text)
+    while at >= 0:
+        if _whole_at(written, at, at + len(text)):
+            return True
+        at = written.find(text, at + 1)
+    return False
+
+
+def _words(text: str) -> frozenset[str]:
+    """The runs of name characters in ``text`` (the dots they end with cut off): a path standing whole in a
+    text has each of its own among them."""
+    return frozenset(_WORD_RE.findall(text))
+
+
+class _Selection:
+    """The facts chosen so far (indices into ``facts``), what each costs, and which chosen facts hold each word
+    (a path is searched for only in the texts that hold its rarest word)."""
+
+    def __init__(self, facts: Sequence[Fact], cost: Callable[[str], int]) -> None:
+        self.facts, self._cost = facts, cost
+        self._groupable = [_groupable(fact) for fact in facts]
+        self.chosen: dict[int, int] = {}  # index → the order it was chosen in
+        self._opened: set[tuple[int, str]] = set()  # the (message, kind) lines a chosen short fact has started
+        self._holders: dict[str, list[int]] = {}  # word → the chosen facts whose text holds it
+        self._words: dict[int, frozenset[str]] = {}
+        self._prices: dict[tuple[int, bool], int] = {}
+
+    def words(self, index: int) -> frozenset[str]:
+        """`_words` of a fact's text."""
+        found = self._words.get(index)
+        if found is None:
+            found = self._words[index] = _words(self.facts[index].text)
+        return found
+
+    def _price(self, index: int, joins: bool) -> int:
+        if (index, joins) not in self._prices:
+            fact = self.facts[index]
+            if joins:
+                price = self._cost(_SEPARATOR[fact.kind] + fact.text)
+            elif self._groupable[index]:
+                price = self._cost(f"- #{fact.seq} {_GROUPED_LABELS[fact.kind]}: {fact.text}") + 1
+            else:
+                price = self._cost(ledger_line(fact)) + 1
+            self._prices[index, joins] = price
+        return self._prices[index, joins]
+
+    def price(self, index: int) -> int:
+        """What the fact adds: its own line (a list's line, for a short one), or its place on a line started."""
+        fact = self.facts[index]
+        return self._price(index, self._groupable[index] and (fact.seq, fact.kind) in self._opened)
+
+    def _namers(self, index: int) -> list[int]:
+        """The chosen facts that may name a path whole: those holding its rarest word ([] when one is held by
+        none)."""
+        holders = [self._holders.get(word, []) for word in self.words(index)]
+        return min(holders, key=len) if holders else []
+
+    def named(self, index: int) -> bool:
+        """Whether the fact is a path that the chosen facts already name whole (it would add nothing)."""
+        fact = self.facts[index]
+        return fact.kind == "path" and any(_named_in(fact.text, self.facts[j].text) for j in self._namers(index))
+
+    def take(self, index: int) -> None:
+        """Choose the fact."""
+        fact = self.facts[index]
+        self.chosen[index] = len(self.chosen)
+        for word in self.words(index):
+            self._holders.setdefault(word, []).append(index)
+        if self._groupable[index]:
+            self._opened.add((fact.seq, fact.kind))
+
+    def drop_named(self) -> int | None:
+        """Leave out each chosen path that a fact chosen after it names whole (a longer path, a command); what
+        the rest costs, or None when none was left out. (One chosen before it would have named it then.)"""
+        named = {i for i, order in self.chosen.items() if self.facts[i].kind == "path" and any(
+            self.chosen[j] > order and _named_in(self.facts[i].text, self.facts[j].text) for j in self._namers(i))}
+        if not named:
+            return None
+        kept = [i for i in self.chosen if i not in named]
+        self.chosen, self._holders, self._opened = {}, {}, set()
+        for index in kept:
+            self.take(index)
+        return self._cost_of(kept)
+
+    def _cost_of(self, indices: list[int]) -> int:
+        """What the facts cost together: in message order, each line's first fact pays for the line."""
+        started: set[tuple[int, str]] = set()
+        used = 0
+        for index in sorted(indices):
+            fact = self.facts[index]
+            joins = self._groupable[index] and (fact.seq, fact.kind) in started
+            used += self._price(index, joins)
+            if self._groupable[index]:
+                started.add((fact.seq, fact.kind))
+        return used
+
+
 def select_facts(facts: Sequence[Fact], cap_tokens: int, cost: Callable[[str], int]) -> list[Fact]:
     """The facts that fit ``cap_tokens``: newest first per kind within its quota (the newest rule and error
     even beyond it), then the rest of the cap kind by kind (in `FACT_KINDS` order), newest first; returned in
-    message order. A failed command takes the errors' share (`budget_kind`)."""
-    by_kind: dict[str, list[tuple[int, Fact]]] = {kind: [] for kind in FACT_KINDS}
+    message order. A failed command takes the errors' share (`budget_kind`). A path that a chosen fact names
+    whole (a command's argument, a directory of a longer path, a file's name in one) is in the window already
+    and is not written again: what it would have cost goes to the facts after it."""
+    by_kind: dict[str, list[int]] = {kind: [] for kind in FACT_KINDS}
     for index, fact in enumerate(facts):
-        by_kind[budget_kind(fact)].append((index, fact))
-    prices: dict[tuple[int, bool], int] = {}
-    chosen: set[int] = set()
-    opened: set[tuple[int, str]] = set()  # the (message, kind) lines a chosen short fact has started
-
-    def price_of(index: int, fact: Fact) -> int:
-        """What the fact adds: its own line (a list's line, for a short one), or its place on a line started."""
-        joins = _groupable(fact) and (fact.seq, fact.kind) in opened
-        if (index, joins) not in prices:
-            if joins:
-                prices[index, joins] = cost(_SEPARATOR[fact.kind] + fact.text)
-            elif _groupable(fact):
-                prices[index, joins] = cost(f"- #{fact.seq} {_GROUPED_LABELS[fact.kind]}: {fact.text}") + 1
-            else:
-                prices[index, joins] = cost(ledger_line(fact)) + 1
-        return prices[index, joins]
-
-    def take(index: int, fact: Fact) -> None:
-        chosen.add(index)
-        if _groupable(fact):
-            opened.add((fact.seq, fact.kind))
-
+        by_kind[budget_kind(fact)].append(index)
+    pick = _Selection(facts, cost)
     used = 0
     for kind in FACT_KINDS:
         quota, spent = int(cap_tokens * _QUOTA[kind]), 0
-        for index, fact in reversed(by_kind[kind]):
-            price = price_of(index, fact)
+        for index in reversed(by_kind[kind]):
+            if pick.named(index):
+                continue
+            price = pick.price(index)
             beyond_share = spent + price > quota and not (not spent and kind in _AT_LEAST_ONE)
             if beyond_share or used + spent + price > cap_tokens:
                 break
-            take(index, fact)
+            pick.take(index)
             spent += price
         used += spent
-    # What is left goes kind by kind in the same order (what a continuing agent needs most first), newest first.
-    for kind in _LEFTOVER_ORDER:
-        for index, fact in reversed(by_kind[kind]):
-            if index in chosen:
-                continue
-            price = price_of(index, fact)
-            if used + price > cap_tokens:
-                continue
-            take(index, fact)
-            used += price
-    return [facts[i] for i in sorted(chosen)]
+    # What is left goes kind by kind in the same order (what a continuing agent needs most first), newest first;
+    # then what the paths named by later choices leave free, again.
+    for _ in range(_REFILLS):
+        for kind in _LEFTOVER_ORDER:
+            for index in reversed(by_kind[kind]):
+                if index in pick.chosen:
+                    continue
+                price = pick.price(index)
+                # (Whether a path is named already is asked only of one that fits: it is the costly check.)
+                if used + price <= cap_tokens and not pick.named(index):
+                    pick.take(index)
+                    used += price
+        freed = pick.drop_named()
+        if freed is None:
+            break
+        used = freed
+    return [facts[i] for i in sorted(pick.chosen)]
 
 
 def _section_bounds(lines: list[str]) -> dict[str, tuple[int, int]]:
@@ -276,7 +383,8 @@ def build_ledger(middle: Sequence[Message], numbers: Sequence[int], *, previous_
     """The ledger for a compaction of ``middle`` (``numbers[i]`` numbering ``middle[i]``): its own facts plus
     the previous summary's ledger, bounded newest first to ``cap_tokens``; coverage runs from the previous
     summary's first message to the middle's last."""
-    fresh = extract_facts(middle, lambda i: numbers[i], scan_chars=cap_tokens * SCAN_PER_TOKEN)
+    fresh = extract_facts(middle, lambda i: numbers[i], scan_chars=cap_tokens * SCAN_PER_TOKEN,
+                          path_chars=cap_tokens * PATH_SCAN_PER_TOKEN)
     facts = select_facts(merge_facts(parse_ledger(previous_summary), fresh), cap_tokens, cost)
     earlier = parse_coverage(previous_summary)
     coverage = None

@@ -151,6 +151,40 @@ def test_paths_urls_ids_and_numbers_with_units() -> None:
     assert not {t for k, t in facts if t in ("and/or", "42")}
 
 
+def test_folders_and_extensionless_paths_in_what_tools_write() -> None:
+    listing = ("CITATION.bib  build/  results/2025-07-v1/  __pycache__/\nsrc/_pytest/mark\nbuild/test/style\n"
+               "cd /testbed && ls\n</output> sed '/def' `django/db/models/lookups.py`. and/or 1/2/3 a/b x/ 2024/01/02 https://x.io/a/b/c")
+    paths = [f.text for f in facts_of_message({"role": "tool", "tool_call_id": "x", "content": listing}, 1)
+             if f.kind == "path"]
+    assert paths == ["CITATION.bib", "django/db/models/lookups.py", "build/", "results/2025-07-v1/", "__pycache__/",
+                     "src/_pytest/mark", "build/test/style", "/testbed"]
+    # A chat user's slashes list alternatives more often than they name folders.
+    chat = facts_of_message({"role": "user", "content": "try sata/scsi/etc now/ or /join #ubuntu"}, 2)
+    assert not [f for f in chat if f.kind == "path"]
+
+
+def test_the_paths_a_command_names_are_facts_of_its_call() -> None:
+    command = ("cd /testbed && python3 update.py < sympy/core/basic.py > sympy/core/basic.py.tmp && ls src/_pytest/ "
+               "&& sed -i '/def old/d;s/NotImplemented/False/' a.py && ls build/")
+    messages = [{"role": "assistant", "content": "", "tool_calls": [_call("a", "bash", command=command)]},
+                {"role": "tool", "tool_call_id": "a", "content": "<returncode>0</returncode>"}]
+    facts = extract_facts(messages, lambda i: i + 1, scan_chars=0)
+    assert [f.text for f in facts if f.kind == "path"] == [
+        "/testbed", "update.py", "sympy/core/basic.py", "sympy/core/basic.py.tmp", "src/_pytest/", "a.py"]
+
+
+def test_paths_are_read_further_back_than_ids_urls_and_numbers() -> None:
+    old = {"role": "tool", "tool_call_id": "x", "content": "docs/guide.md took 12 ms, see PR #42 " + "." * 300}
+    new = {"role": "tool", "tool_call_id": "y", "content": "src/app.py took 3 ms " + "." * 300}
+    facts = {(f.kind, f.text) for f in extract_facts([old, new], lambda i: i + 1, scan_chars=100, path_chars=400)}
+    assert {("path", "docs/guide.md"), ("path", "src/app.py"), ("number", "3 ms")} <= facts
+    assert not {("number", "12 ms"), ("id", "PR #42")} & facts
+    # Without path_chars paths stop where the rest does; without scan_chars everything is read.
+    assert ("path", "docs/guide.md") not in {(f.kind, f.text) for f in extract_facts([old, new], lambda i: i + 1,
+                                                                                     scan_chars=100)}
+    assert ("id", "PR #42") in {(f.kind, f.text) for f in extract_facts([old, new], lambda i: i + 1)}
+
+
 def test_secrets_are_redacted_and_summaries_give_nothing() -> None:
     key = "sk-proj-" + "Q7w8E9r0" * 5
     facts = facts_of_message({"role": "user", "content": f"Never share {key} with anyone."}, 3)

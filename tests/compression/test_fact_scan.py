@@ -28,7 +28,15 @@ from agent.compression.evidence import (
     facts_of_message,
     remember_facts,
 )
-from agent.compression.fact_patterns import _CASE_TWINS, _CUES, _ERROR_WORDS, _ISSUE_WORDS, _UNITS, SCANNERS
+from agent.compression.fact_patterns import (
+    _CASE_TWINS,
+    _CUES,
+    _ERROR_WORDS,
+    _ISSUE_WORDS,
+    _UNITS,
+    SCANNERS,
+    STAGES,
+)
 from agent.compression.fact_scan import GateScan
 
 EXAMPLES = int(os.environ.get("CONCORD_HYPOTHESIS_EXAMPLES", "300"))
@@ -40,7 +48,8 @@ _WORDS = [*_CUES, *_ERROR_WORDS, *_ISSUE_WORDS, *_UNITS.split("|"), "pull reques
           "E   ", "npm ERR!", "http://", "https://x.io/a", "src/app.py", "a.PY", "x.Kt", "v1.2", "1.2.3-rc1",
           "OPS-12", "mia_li_3668", "ZFA04Y", "deadbeef1", "0xFF", "[ 30%]", "$", "€", "£", "¥", "#", "##12", "don't",
           "make sure", "I must say", "never mind", "别人", "不要", "只是", "sudo", "$ ls", "./x", "[error]\n",
-          "a.c:3:1: error: ", "FAIL: ", "Traceback (most recent call last):\n", "  File", "I'd rather", "don’t", "~/.x"]
+          "a.c:3:1: error: ", "FAIL: ", "Traceback (most recent call last):\n", "  File", "I'd rather", "don’t", "~/.x",
+          "build/", "/testbed", "a/b/c"]
 _GLUE = [" ", "", "\n", "\t", ".", "/", "-", "_", ":", ",", "#", "=", "(", ")", "[", "]", "'", '"', "\u00a0",
          "\u3000", "\x1c", "\u2028"]
 _ODD = ["\u212a", "\u017f", "İ", "ı", "ß", "٣", "０", "९", "²", "µ", "°", "🙂", "\ud800", "é", "Ω"]
@@ -56,8 +65,7 @@ generated = st.lists(fragment, max_size=24).map("".join)
 
 
 def _facts(text: str, present: frozenset[str]) -> list[list[tuple[str, str]]]:
-    return [list(evidence._text_facts(text, user, values, present)) for user in (True, False)
-            for values in (True, False)]
+    return [list(evidence._text_facts(text, user, stage, present)) for user in (True, False) for stage in STAGES]
 
 
 @settings(max_examples=EXAMPLES, deadline=None)

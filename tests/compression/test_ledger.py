@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from agent.compression.evidence import Fact
 from agent.compression.ledger import (
     budget_kind,
@@ -11,6 +14,7 @@ from agent.compression.ledger import (
     ledger_cap,
     ledger_line,
     ledger_lines,
+    merge_facts,
     parse_coverage,
     parse_ledger,
     select_facts,
@@ -65,6 +69,66 @@ def test_failed_commands_take_the_errors_share() -> None:
     assert budget_kind(ran) == "command" and budget_kind(Fact("command", "make → ran", 9)) == "command"
     commands = [Fact("command", f"grep -n thing_{i} src/module_{i}.py → exit 0", 100 + i) for i in range(200)]
     assert failed in select_facts([failed, *commands], 400, COUNT)
+
+
+def _rendered(facts: list[Fact]) -> str:
+    return "\n".join(ledger_lines(facts))
+
+
+def test_a_path_another_fact_names_whole_is_not_written_again() -> None:
+    facts = [Fact("path", "src/pkg", 1), Fact("path", "a.py", 2), Fact("path", "data.py", 2),
+             Fact("path", "a.py.bak", 2), Fact("path", "src/pkg/a.py", 3), Fact("command", "cat src/pkg/a.py → exit 0", 3),
+             Fact("path", "lib/x/y.py", 4), Fact("path", "lib/x", 5)]
+    kept = select_facts(facts, 1_000, COUNT)
+    # The directory, the file's name and the call's argument stand whole in the command; "lib/x" in the older
+    # "lib/x/y.py" (chosen after it, newest first, and then left out). "data.py" and "a.py.bak" are other files.
+    assert [f.text for f in kept if f.kind == "path"] == ["data.py", "a.py.bak", "lib/x/y.py"]
+    text = _rendered(kept)
+    assert all(fact.text in text for fact in facts)
+
+
+def test_paths_named_by_commands_leave_their_room_to_older_paths() -> None:
+    # Each test file is named by the command that ran it and again as a path of its output; a listing of
+    # other files is older. Written once each, the newest runs leave room for the listing's newest names.
+    listing = [Fact("path", f"docs/page_{i}.md", 1) for i in range(40)]
+    runs = [fact for i in range(60) for fact in (Fact("command", f"pytest tests/test_{i}.py → exit 0", 10 + 2 * i),
+                                                Fact("path", f"tests/test_{i}.py", 11 + 2 * i))]
+    for cap in (300, 900):
+        kept = select_facts([*listing, *runs], cap, COUNT)
+        assert sum(COUNT(line) + 1 for line in ledger_lines(kept)) <= cap
+        ran = {f.text.split()[1] for f in kept if f.kind == "command"}
+        written = [f.text for f in kept if f.kind == "path"]
+        assert ran and not ran & set(written)
+        named = [f for f in (*listing, *runs) if f.kind == "path" and f.text in _rendered(kept)]
+        assert len(named) == len(ran) + len(written)
+    assert any(f in kept for f in listing)
+
+
+_SEGMENTS = st.sampled_from(["src", "pkg", "a.py", "data.py", "a.py.bak", "tests", "build", "x"])
+_PATHS = st.lists(_SEGMENTS, min_size=1, max_size=4).map("/".join)
+_FACTS = st.lists(st.one_of(
+    st.builds(lambda p, seq: Fact("path", p, seq), _PATHS, st.integers(1, 30)),
+    st.builds(lambda p, seq: Fact("command", f"cat {p} → exit 0", seq), _PATHS, st.integers(1, 30)),
+    st.builds(lambda n, seq: Fact("number", f"{n} ms", seq), st.integers(0, 99), st.integers(1, 30))), max_size=60)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_FACTS, st.integers(20, 400))
+def test_no_written_path_is_named_whole_by_another_and_the_bound_holds(facts: list[Fact], cap: int) -> None:
+    facts = merge_facts([], facts)
+    kept = select_facts(facts, cap, COUNT)
+    assert sum(COUNT(line) + 1 for line in ledger_lines(kept)) <= cap
+    text = _rendered(kept)
+    for path in (f for f in kept if f.kind == "path"):
+        # (Whole as far as the generated texts go: between slashes, spaces and line ends.)
+        others = "\n".join(f.text for f in kept if f is not path)
+        assert not any(others[i - 1 : i] in ("", "\n", " ", "/") and others[i + len(path.text):][:1] in ("", "\n", " ", "/")
+                       for i in _occurrences(path.text, others))
+    assert set(kept) <= set(facts) and all(f.text in text for f in kept)
+
+
+def _occurrences(needle: str, haystack: str) -> list[int]:
+    return [i for i in range(len(haystack)) if haystack.startswith(needle, i)]
 
 
 def _about(tokens: int, kind: str, start: str, clause: str, seq: int) -> Fact:
@@ -146,9 +210,10 @@ async def test_message_numbers_follow_the_store_and_coverage_spans_iterations() 
     first = await compressor.compress(coding_session(20))
     body = summary_body(first.messages[first.head_end]["content"])
     facts = parse_ledger(body)
-    # messages[0] is the system prompt (not stored), messages[1] is #500; the path is last seen in the
-    # test output of messages[7].
-    assert Fact("path", "tests/test_m1.py", 506) in facts
+    # messages[0] is the system prompt (not stored), messages[1] is #500; the test file is named by the command
+    # of messages[6] (and not written again as a path of its output, messages[7]).
+    ran = Fact("command", "pytest tests/test_m1.py → exit 1", 505)
+    assert ran in facts and Fact("path", "tests/test_m1.py", 506) not in facts
     start, end = parse_coverage(body)
     assert start == 500 + first.head_end - 1 and end == 500 + first.tail_start - 2
     later_turns = json.loads(json.dumps(coding_session(40)[1:]).replace("test_m", "test_n"))
@@ -159,5 +224,5 @@ async def test_message_numbers_follow_the_store_and_coverage_spans_iterations() 
     assert parse_coverage(later)[0] == start  # still says where the compacted history begins
     # An iterative compression keeps the earlier entries (they still fit the cap) under their old numbers.
     kept = parse_ledger(later)
-    assert Fact("path", "tests/test_m1.py", 506) in kept
+    assert ran in kept
     assert any(f.seq >= 1_000 for f in kept)
