@@ -118,6 +118,9 @@ async def test_a_worker_killed_mid_compaction_ahead_of_need_loses_and_doubles_no
     model.release.set()  # the summary returns: the worker dies before storing its result
     await restart_unarmed(cluster, 0)
     assert await reasons(database_url, chat) == []
+    # The dead worker cannot release its compression lock: it frees the session when its TTL runs out. A restart
+    # quicker than that would see the session "compacted elsewhere" and, rightly, leave it to the next turn.
+    await asyncio.sleep(float(SMALL["CONCORD_REDIS__LOCK_TIMEOUT_SECONDS"]))
 
     await chat.say("after the restart")  # its answer starts the next compaction ahead of need, stored this time
     await _until(lambda: model.calls.count("summary") == 2, 60, "a second compaction ahead of need")
