@@ -239,10 +239,12 @@ class _Selection:
         holders = [self._holders.get(word, []) for word in self.words(index)]
         return min(holders, key=len) if holders else []
 
-    def named(self, index: int) -> bool:
-        """Whether the fact is a path that the chosen facts already name whole (it would add nothing)."""
+    def named(self, index: int, *, chosen_after: int = -1) -> bool:
+        """Whether the fact is a path that the chosen facts (those chosen after the ``chosen_after``-th) already
+        name whole (it would add nothing)."""
         fact = self.facts[index]
-        return fact.kind == "path" and any(_named_in(fact.text, self.facts[j].text) for j in self._namers(index))
+        return fact.kind == "path" and any(self.chosen[j] > chosen_after and _named_in(fact.text, self.facts[j].text)
+                                           for j in self._namers(index))
 
     def take(self, index: int) -> None:
         """Choose the fact."""
@@ -256,8 +258,7 @@ class _Selection:
     def drop_named(self) -> int | None:
         """Leave out each chosen path that a fact chosen after it names whole (a longer path, a command); what
         the rest costs, or None when none was left out. (One chosen before it would have named it then.)"""
-        named = {i for i, order in self.chosen.items() if self.facts[i].kind == "path" and any(
-            self.chosen[j] > order and _named_in(self.facts[i].text, self.facts[j].text) for j in self._namers(i))}
+        named = {i for i, order in self.chosen.items() if self.named(i, chosen_after=order)}
         if not named:
             return None
         kept = [i for i in self.chosen if i not in named]
