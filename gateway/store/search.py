@@ -156,9 +156,9 @@ class MessageSearch:
     def _substrings(self, terms: Sequence[str], scope: _Scope) -> Select[Any]:
         """Ids newest first: messages holding every term as typed."""
         query = select(MessageRow.id)
-        like_terms = list(terms)
         if self._dialect == "sqlite":
             # The trigram table narrows by the 3+ character terms; LIKE checks the short ones on those rows.
+            like_terms = list(terms)
             long_terms = [t for t in terms if len(t) >= 3]
             if long_terms:
                 match = " AND ".join(fts5_key(t, False) for t in long_terms)
@@ -166,13 +166,14 @@ class MessageSearch:
                     tq=match).columns(literal_column("rowid"))
                 query = query.where(MessageRow.id.in_(ids))
                 like_terms = [t for t in terms if len(t) < 3]
-            like = MessageRow.search_text.like
+            if like_terms:
+                query = query.where(and_(*(MessageRow.search_text.like(_like_pattern(t), escape="\\")
+                                           for t in like_terms)))
         else:
-            # pg_trgm's GIN index serves ILIKE for terms of 3+ characters; shorter ones scan.
-            like = MessageRow.search_text.ilike
-        if like_terms:
-            conditions: list[ColumnElement[bool]] = [like(_like_pattern(t), escape="\\") for t in like_terms]
-            query = query.where(and_(*conditions))
+            # pg_trgm's GIN index serves terms of 3+ characters; shorter ones scan. A case-insensitive regular
+            # expression marked literal ("***="), not ILIKE: the index's candidates are checked again on their
+            # text, and ILIKE lower-cases a whole text first (20 ms for a megabyte, the regex half that).
+            query = query.where(and_(*(MessageRow.search_text.op("~*")("***=" + t) for t in terms)))
         return scope.where(query).order_by(MessageRow.id.desc())
 
     # ------------------------------------------------------------------ paging through a matcher's order

@@ -1,8 +1,10 @@
 """What a search query asks for: its terms as typed, its words, and the keys of any-word matching.
 
 A term is a whitespace-separated piece of the query. Punctuation around a term is not part of it ("class?"
-is the word "class"); a term with punctuation or CJK characters inside ("deploy/config.yaml", "上下文") is
-a substring to find exactly. All-words matching requires every word as typed — a word the caller chose is
+is the word "class"); an apostrophe inside a word is language, not code: "Nate's" is the word "Nate" and
+"O'Brien" the words "O" and "Brien", as both word indexes split them (the clitics 's, 't, 'll, 're, 've, 'd
+and 'm are left out: nearly every message holds them). A term with other punctuation or CJK characters
+inside ("deploy/config.yaml", "上下文") is a substring to find exactly. All-words matching requires every word as typed — a word the caller chose is
 not dropped — stop words as whole words (as prefixes "what" would match every "whatever"), the others as
 prefixes. Any-word matching looks for the informative words only: stop words ("what", "did", "the") are
 left out, or every message would match and the ranking would be all that decides. It cuts each word to a
@@ -21,6 +23,8 @@ _CJK = re.compile(r"[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002fa1
 # Unicode letters and digits: the characters the word indexes (FTS5 unicode61, PostgreSQL's parser) keep.
 _WORDS = re.compile(r"[^\W_]+")
 _EDGE_PUNCTUATION = "\"'`“”‘’«»()[]{}<>,.;:!?¿¡…"
+_APOSTROPHES = re.compile(r"['’]")
+_CLITICS = frozenset({"s", "t", "ll", "re", "ve", "d", "m"})
 # English function words, question words and chat filler: what a question is made of besides its topic.
 STOP_WORDS = frozenset("""
 a about above after again against all almost also although am among an and another any anybody anyone
@@ -61,8 +65,14 @@ def matches_as_prefix(word: str, *, required: bool) -> bool:
     return word.lower() not in STOP_WORDS if required else len(word) >= MIN_PREFIX
 
 
-def _is_word(term: str) -> bool:
-    return term.isalnum() and not _CJK.search(term)
+def _word_parts(term: str) -> list[str] | None:
+    """The words of ``term`` (its parts between apostrophes, clitics left out), or None when it is not made
+    of words alone."""
+    first, *rest = _APOSTROPHES.split(term)
+    parts = [first, *(p for p in rest if p.lower() not in _CLITICS)]
+    if not all(p.isalnum() and not _CJK.search(p) for p in [first, *rest]):
+        return None
+    return parts
 
 
 @dataclass(frozen=True)
@@ -82,9 +92,9 @@ class Query:
 def parse_query(query: str) -> Query:
     """Split ``query`` into its terms, words and any-word keys (see the module docstring)."""
     terms = split_terms(query)
-    stripped = [t.strip(_EDGE_PUNCTUATION) or t for t in terms]
-    plain = all(_is_word(t) for t in stripped)
-    words = tuple(dict.fromkeys(stripped)) if plain else ()
+    parts = [_word_parts(t.strip(_EDGE_PUNCTUATION) or t) for t in terms]
+    plain = all(p is not None for p in parts)
+    words = tuple(dict.fromkeys(w for p in parts if p is not None for w in p)) if plain else ()
     tokens = (w.lower() for w in _WORDS.findall(query) if not _CJK.search(w))
     keys = tuple(dict.fromkeys(stem(w) for w in tokens if len(w) > 1 and w not in STOP_WORDS))
     return Query(terms=tuple(terms), words=words, substrings=() if plain else tuple(terms), keys=keys,

@@ -55,6 +55,16 @@ async def test_stop_words_never_make_a_partial_match(store: Store) -> None:
     assert [(h.seq, h.match) for h in only_stop_words] == [(1, ALL_WORDS)]  # required as typed, whole words
 
 
+async def test_a_word_with_an_apostrophe_is_a_word_not_an_exact_text(store: Store) -> None:
+    session = await archived(store, [user("Nate has a new dog, a husky"), user("my dog sleeps all day"),
+                                     user("Nate's cat")])
+    # The word indexes split "Nate's" at the apostrophe: all words "Nate" and "dog", not the text "Nate's".
+    for query in ("Nate's dog?", "Nate’s dog?"):
+        hits = await search(store, session, query)
+        assert [(h.seq, h.match) for h in hits][:1] == [(1, ALL_WORDS)]
+    assert [(h.seq, h.match) for h in await search(store, session, "don't")] == []
+
+
 async def test_any_word_fills_only_what_all_words_left_empty(store: Store) -> None:
     session = await archived(store, [user(f"{STATUS} ({i})") for i in range(5)]
                              + [user("the green light is on"), user("a status page")])
