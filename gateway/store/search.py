@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import ColumnElement, Connection, Select, and_, func, literal_column, or_, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -36,7 +36,7 @@ from gateway.store.models import MessageRow
 from gateway.store.records import SearchHit
 from gateway.store.scope_rank import POOL, TEXT_CHARS, ScopeStats, ScopeStatsCache, bm25_scores, fts5_key
 from gateway.store.search_terms import Query, matches_as_prefix, parse_query, split_terms
-from gateway.store.snippets import cut_snippet
+from gateway.store.snippets import Snippet, cut_snippet
 
 __all__ = ["ALL_WORDS", "ANY_WORD", "BY_MEANING", "EXACT_TEXT", "MessageSearch", "Rerank", "split_terms"]
 
@@ -50,6 +50,14 @@ _MEANING_WEIGHT = 0.5
 ANSWER_POOL = 20
 # (query, candidate texts) → one similarity per text, higher is closer.
 Rerank = Callable[[str, Sequence[str]], Sequence[float]]
+
+
+class _Scored(NamedTuple):
+    """A word-matching candidate: its id, its BM25 score, and whether its first characters ask something."""
+
+    id: int
+    score: float
+    asks: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,18 +148,19 @@ class MessageSearch:
         query = scope.where(select(MessageRow.id).where(condition), session)
         return query.order_by(MessageRow.id.desc()).limit(POOL)
 
-    def _words(self, conn: Connection, keys: Sequence[str], *, every: bool, scope: _Scope) -> list[tuple[int, float]]:
-        """(id, score) best first: messages with every (``every``) or any of ``keys``, as word prefixes or
-        whole words (`matches_as_prefix`), scored by BM25 with the scope's statistics (`scope_rank`)."""
+    def _words(self, conn: Connection, keys: Sequence[str], *, every: bool, scope: _Scope) -> list[_Scored]:
+        """Messages with every (``every``) or any of ``keys``, as word prefixes or whole words
+        (`matches_as_prefix`), scored by BM25 with the scope's statistics (`scope_rank`), best first."""
         pairs = [(k, matches_as_prefix(k, required=every)) for k in keys]
         stats = self._scope_stats.get(conn, scope.key, scope.sessions, pairs)
         ids = list(conn.execute(self._pool(pairs, stats, every=every, scope=scope)).scalars())
         if not ids:
             return []
-        heads = conn.execute(select(MessageRow.id, func.substr(MessageRow.search_text, 1, TEXT_CHARS))
-                             .where(MessageRow.id.in_(ids)))
-        scores = bm25_scores([tuple(r) for r in heads], pairs, stats)
-        return sorted(((i, scores.get(i, 0.0)) for i in ids), key=lambda p: (-p[1], -p[0]))
+        heads = [tuple(r) for r in conn.execute(
+            select(MessageRow.id, func.substr(MessageRow.search_text, 1, TEXT_CHARS)).where(MessageRow.id.in_(ids)))]
+        scores = bm25_scores(heads, pairs, stats)
+        asking = {i for i, head in heads if "?" in head}
+        return sorted((_Scored(i, scores.get(i, 0.0), i in asking) for i in ids), key=lambda p: (-p.score, -p.id))
 
     def _substrings(self, terms: Sequence[str], scope: _Scope) -> Select[Any]:
         """Ids newest first: messages holding every term as typed."""
@@ -222,17 +231,17 @@ class MessageSearch:
             offset, page = offset + page, page * 2
 
     @staticmethod
-    def _with_answers(conn: Connection, ranked: Sequence[tuple[int, float]], scope: _Scope,
-                      pool: int) -> list[int]:
+    def _with_answers(conn: Connection, ranked: Sequence[_Scored], scope: _Scope, pool: int) -> list[int]:
         """The ``pool`` best of ``ranked``, and the answers to those that ask something, by score; an answer
-        (the message right after one holding a "?") gets the question's score added to its own: in a
-        conversation the answer to a matching question is often where the query's words are not."""
-        scored = dict(ranked[:pool])
+        (the message right after one with a "?" in its first `TEXT_CHARS` characters) gets the question's score
+        added to its own: in a conversation the answer to a matching question is often where the query's
+        words are not."""
+        scored = {r.id: r.score for r in ranked[:pool]}
         if not scored:
             return []
+        asks = [r.id for r in ranked[:pool] if r.asks]
         asking = {(r.session_id, r.seq): r.id for r in conn.execute(
-            select(MessageRow.id, MessageRow.session_id, MessageRow.seq)
-            .where(MessageRow.id.in_(list(scored)), MessageRow.search_text.like("%?%")))}
+            select(MessageRow.id, MessageRow.session_id, MessageRow.seq).where(MessageRow.id.in_(asks)))} if asks else {}
         total = dict(scored)
         if asking:
             # Sessions and numbers apart (each served by the (session_id, seq) index), the pairs checked here:
@@ -256,7 +265,7 @@ class MessageSearch:
         taken: set[int] = set()
         if query.words:
             first = self._words(conn, query.words, every=True, scope=scope)
-            rows = self._collect(conn, [[i for i, _ in first]], limit, ALL_WORDS, scope, taken)
+            rows = self._collect(conn, [[r.id for r in first]], limit, ALL_WORDS, scope, taken)
         else:
             pages = self._sql_pages(conn, self._substrings(query.substrings, scope), limit, taken)
             rows = self._collect(conn, pages, limit, EXACT_TEXT, scope, taken)
@@ -264,7 +273,7 @@ class MessageSearch:
             rest = self._words(conn, query.keys, every=False, scope=scope)
             want = max(limit - len(rows), pool)
             best = self._with_answers(conn, rest, scope, max(want, ANSWER_POOL))
-            rows += self._collect(conn, [best, [i for i, _ in rest]], want, ANY_WORD, scope, taken)
+            rows += self._collect(conn, [best, [r.id for r in rest]], want, ANY_WORD, scope, taken)
         return rows
 
     async def search(self, query: str, *, session_id: str | None = None, limit: int = 20,
@@ -291,9 +300,14 @@ class MessageSearch:
             rows = await asyncio.to_thread(_reranked, rows, parsed, rerank)
         terms = parsed.words or parsed.substrings
         hits = []
+        # Compaction copies its verbatim tail: a long paste kept there is stored (and found) several times.
+        cuts: dict[tuple[bool, str], Snippet] = {}
         for row in rows[:limit]:
-            cut = cut_snippet(row.text, [*terms, *parsed.keys] if row.match != ALL_WORDS else terms,
-                              parsed.phrase, redact=redact)
+            whole = row.match == ALL_WORDS
+            cut = cuts.get((whole, row.text))
+            if cut is None:
+                cut = cuts[whole, row.text] = cut_snippet(row.text, terms if whole else [*terms, *parsed.keys],
+                                                          parsed.phrase, redact=redact)
             hits.append(SearchHit(session_id=row.session_id, seq=row.seq, role=row.role, created_at=row.created_at,
                                   snippet=cut.text, archived=not row.active, match=row.match, more_at=cut.more_at))
         return hits
