@@ -92,6 +92,15 @@ async def test_like_fallback_escapes_wildcards(store: Store) -> None:
     assert [h.seq for h in await store.search("_b")] == [3]
 
 
+async def test_exact_text_is_literal_and_ignores_case(store: Store) -> None:
+    session = await store.sessions.get_or_create_active("tg", "c")
+    texts = ["see Ärger/Datei.TXT (a+b)*[c]", "see ärger/datei.txt only", "a.b", "axb"]
+    await store.messages.append(session.id, [user(t) for t in texts], [1] * len(texts))
+    assert sorted(h.seq for h in firm(await store.search("ärger/DATEI.txt"))) == [1, 2]
+    assert [h.seq for h in firm(await store.search("(a+b)*[c]"))] == [1]  # regex syntax is text
+    assert [h.seq for h in firm(await store.search("a.b"))] == [3]
+
+
 def test_snippet_centres_on_the_match_of_a_long_line() -> None:
     body = "x" * 2_000 + " needle " + "y" * 2_000
     cut = cut_snippet(body, ["NEEDLE"])
