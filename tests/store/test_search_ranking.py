@@ -120,7 +120,8 @@ async def test_a_very_long_line_is_cut_visibly_and_read_on_where_it_was_cut(stor
 
 async def test_a_reranker_orders_only_the_partial_matches(store: Store) -> None:
     session = await archived(store, [user("the ceramics course starts Monday"), user("a ceramics vase"),
-                                     user("the course is full"), user("ceramics course, second week")])
+                                     user("the course is full"), user("ceramics course, second week"),
+                                     user("ceramics glaze on Monday"), user("Monday ceramics again")])
     seen: list[Sequence[str]] = []
 
     def prefers_full(query: str, texts: Sequence[str]) -> list[float]:
