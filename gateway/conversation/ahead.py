@@ -35,17 +35,19 @@ from agent.events import EVENT_COMPRESS, AgentEvent, EventSink, emit_event
 from agent.lru import LruCache
 from agent.memory import MemoryProvider
 from agent.turn import Compaction
-from gateway.config import summary_deadline_seconds
+from gateway.config import Settings, summary_deadline_seconds
 from gateway.conversation.compaction import LOST_RACE, store_compaction
 from gateway.conversation.engine_state import restore_engine_state
 from gateway.conversation.hygiene import session_tokens
 from gateway.conversation.session import LiveSession, SessionManager
 from gateway.intake.keys import SessionKey
+from gateway.intake.locks import LockBackend
 from gateway.ops.faults import crash_point
 from gateway.ops.metrics import EVENT_COMPRESS_ABORTED
 from gateway.store import CompactionInfo, SessionEnded, StaleWatermark
 
-__all__ = ["AHEAD_REASON", "AheadCompactions", "conversation_pace", "turns_since_compaction"]
+__all__ = ["AHEAD_REASON", "AheadCompactions", "compaction_ended", "compaction_wait_s", "conversation_pace",
+           "turns_since_compaction"]
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +76,23 @@ def conversation_pace(messages: Sequence[Mapping[str, Any]], counts: Sequence[in
     measured = turns if start else sum(1 for m in messages if m.get("role") == "user")
     return turns, turn_tokens(counts[start:], measured)
 
+
+
+def compaction_wait_s(settings: Settings) -> float:
+    """How long a message (or /compress) waits at most for a compaction of its session that is running: the
+    summary's deadline and a margin."""
+    return summary_deadline_seconds(settings) + _WAIT_MARGIN_S
+
+
+async def compaction_ended(locks: LockBackend, session_id: str, bound_s: float) -> bool:
+    """Wait while a compaction of ``session_id`` runs in any worker (asking the lock backend), at most
+    ``bound_s``; whether it ended."""
+    deadline = time.monotonic() + bound_s
+    while await locks.compression_running(session_id):
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(_WAIT_POLL_S)
+    return True
 
 @dataclass(frozen=True)
 class _Job:
@@ -158,7 +177,7 @@ class AheadCompactions:
                  "would not fit the window as it stands", live.id)
         started = time.monotonic()
         async with waiting() if waiting is not None else contextlib.nullcontext():
-            await self._wait(live.id, here, summary_deadline_seconds(rt.settings) + _WAIT_MARGIN_S)
+            await self._wait(live.id, here, compaction_wait_s(rt.settings))
         log.info("session %s: the message waited %.1f s for the compaction", live.id, time.monotonic() - started)
         return await self.sessions.open(key, user_id), False
 
@@ -171,15 +190,9 @@ class AheadCompactions:
     async def _wait(self, session_id: str, here: asyncio.Task[None] | None, bound_s: float) -> None:
         if here is not None:
             await asyncio.wait({here}, timeout=bound_s)
-            return
-        deadline = time.monotonic() + bound_s
-        locks = self.sessions.rt.locks
-        while await locks.compression_running(session_id):
-            if time.monotonic() >= deadline:
-                log.warning("session %s: the compaction running elsewhere did not end within %.0f s; the message "
-                            "goes on without it", session_id, bound_s)
-                return
-            await asyncio.sleep(_WAIT_POLL_S)
+        elif not await compaction_ended(self.sessions.rt.locks, session_id, bound_s):
+            log.warning("session %s: the compaction running elsewhere did not end within %.0f s; the message goes "
+                        "on without it", session_id, bound_s)
 
     async def aclose(self) -> None:
         """Cancel the compactions still running (nothing of theirs is stored) and wait until they ended."""

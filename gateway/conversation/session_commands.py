@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from agent.compression.engine import CompressionResult, ContextEngine
 from agent.memory import MemoryFull
+from gateway.conversation.ahead import compaction_ended, compaction_wait_s
 from gateway.conversation.command_rules import Command, CommandContext, is_operator
 from gateway.conversation.compaction import compress_session
 from gateway.conversation.pins import add_pin, format_pins, remove_pin
@@ -30,6 +31,7 @@ NOTHING_TO_COMPRESS = "Nothing to compress: everything is already in the protect
 REMEMBER_REFUSAL = ("Sorry, /remember writes the bot-wide memory that every chat sees, so it is for the bot's "
                     "operators (gateway.admins) only.")
 BUSY = "A compression of this conversation is already running; try again in a moment."
+AFTER_RUNNING = "A compaction of this conversation was running and has finished. "
 MANUAL_REASON = "manual /compress"
 
 
@@ -105,7 +107,19 @@ async def pins_command(ctx: CommandContext, command: Command) -> str:
 
 
 async def compress_command(ctx: CommandContext, focus: str | None) -> str:
-    live = ctx.live
+    """/compress [focus]: compress the conversation now. A compaction of it already running (ahead of need, in
+    any worker) is waited for, at most as long as a message would wait, and /compress acts on what it left."""
+    live, rt = ctx.live, ctx.sessions.rt
+    after_running = await rt.locks.compression_running(live.id)
+    if after_running:
+        if not await compaction_ended(rt.locks, live.id, compaction_wait_s(rt.settings)):
+            return BUSY
+        live = await ctx.sessions.open(live.key, ctx.inbound.user_id)
+    reply = await _compress_now(ctx, live, focus)
+    return AFTER_RUNNING + reply if after_running else reply
+
+
+async def _compress_now(ctx: CommandContext, live: LiveSession, focus: str | None) -> str:
     framed = [{"role": "system", "content": live.system_prompt}, *live.messages]
     counts = live.held_counts or [ctx.sessions.rt.counter.count_message(m) for m in live.messages]
     if not live.engine.has_content_to_compress(framed):

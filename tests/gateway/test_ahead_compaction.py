@@ -14,6 +14,7 @@ from typing import Any
 from agent.compression.pacing import soft_mark, turn_tokens
 from agent.compression.threshold import output_reserve, request_room
 from gateway.app import Gateway
+from gateway.conversation.session_commands import AFTER_RUNNING, BUSY, MANUAL_REASON
 from gateway.intake.keys import SessionKey
 from tests.fakes.llm_server import Fail, FakeLLMServer, Reply
 from tests.gateway.conftest import (
@@ -174,6 +175,26 @@ async def test_a_message_that_would_not_fit_waits_for_the_compaction_and_runs_on
     assert adapter.texts()[-1].startswith("answer to a long paste")
     active = (await gateway.rt.store.messages.load_active(session_id)).messages
     assert user_lines(active)[-2:] == ["first question", paste]
+
+
+async def test_compress_during_a_compaction_ahead_of_need_waits_for_it_and_then_compresses(
+        gateway_factory: GatewayFactory, fake_llm: FakeLLMServer) -> None:
+    model = Model(fake_llm)
+    gateway, adapter = await gateway_factory(llm=WINDOW)
+    session_id = await start_compaction(gateway, adapter, model)
+
+    command = asyncio.create_task(adapter.say("/compress the deadlines", user_id="boss"))
+    await asyncio.sleep(0.5)
+    assert not command.done() and model.calls.count("summary") == 1  # waits; no "try again"
+    model.release.set()
+    await command
+    reply = adapter.texts()[-1]
+    assert reply.startswith(AFTER_RUNNING) and BUSY not in reply
+    store = gateway.rt.store
+    reasons = [c.reason for c in await store.compactions.history(session_id)]
+    # It acted on what the running compaction left: that one stored first, then its own (or nothing to do).
+    assert reasons[0] == "ahead of need" and reasons[1:] in ([], [MANUAL_REASON])
+    assert model.calls.count("summary") == len(reasons)
 
 
 async def test_a_compaction_ahead_of_need_that_fails_changes_nothing_and_is_not_retried_at_once(
