@@ -23,7 +23,7 @@ from gateway.intake.keys import SessionKey
 if TYPE_CHECKING:
     from gateway.intake.stops import StopRelay
 
-__all__ = ["Batch", "RunningTurn", "RunningTurns", "StopCause", "StopOutcome"]
+__all__ = ["Batch", "RunningTurn", "RunningTurns", "StopCause", "StopOutcome", "interrupt"]
 
 StopCause = Literal["stop", "interrupt"]
 
@@ -60,14 +60,24 @@ class RunningTurn:
         if self.task is not None and not self.task.done():
             self.task.cancel()
 
-    def request_stop(self, user_id: str, admin: bool) -> StopOutcome:
-        """/stop from ``user_id``: only the sender of the running answer or an admin may stop it."""
+    def request_stop(self, user_id: str, admin: bool, cause: StopCause = "stop") -> StopOutcome:
+        """/stop (or, with ``cause`` "interrupt", a newer message) from ``user_id``: only the sender of the
+        running answer or an admin may stop it."""
         if self.stopped is not None:
             return StopOutcome.NOTHING
         if self.user_id != user_id and not admin:
             return StopOutcome.NOT_YOURS
-        self.stop("stop")
+        self.stop(cause)
         return StopOutcome.STOPPED
+
+
+async def interrupt(running: RunningTurn | None, relay: StopRelay, session: str, user_id: str) -> None:
+    """``interrupt`` busy mode: a newer message from the sender of the running answer stops it — here, or
+    through ``relay`` on the worker running it (a load balancer may have sent the two messages to two workers)."""
+    if running is not None:
+        running.request_stop(user_id, False, "interrupt")
+    else:
+        await relay.forward(session, user_id, False, "interrupt")
 
 
 class RunningTurns:

@@ -36,7 +36,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.intake.background import beside, pause
-from gateway.intake.busy import RunningTurn, StopOutcome
+from gateway.intake.busy import RunningTurn, StopCause, StopOutcome
 from gateway.ops.logthrottle import LogThrottle, describe_cause
 
 __all__ = ["ANSWER_WAIT_S", "ASK_WINDOW_S", "ENTRY_TTL_S", "POLL_S", "LocalStops", "RedisStops", "StopRelay"]
@@ -94,9 +94,11 @@ class StopRelay(ABC):
         """Let a /stop received by another worker reach ``turn`` (of ``session``) while the block runs."""
 
     @abstractmethod
-    async def forward(self, session: str, user_id: str, admin: bool) -> tuple[StopOutcome, str]:
-        """Ask the worker running ``session``'s turn to stop it for ``user_id``: what became of the request,
-        and the name of the running answer's sender (for a refusal)."""
+    async def forward(self, session: str, user_id: str, admin: bool,
+                      cause: StopCause = "stop") -> tuple[StopOutcome, str]:
+        """Ask the worker running ``session``'s turn to stop it for ``user_id`` (``cause``: a /stop, or a newer
+        message in ``interrupt`` busy mode): what became of the request, and the name of the running answer's
+        sender (for a refusal)."""
 
 
 class LocalStops(StopRelay):
@@ -106,7 +108,8 @@ class LocalStops(StopRelay):
     async def watching(self, session: str, turn: RunningTurn) -> AsyncIterator[None]:
         yield
 
-    async def forward(self, session: str, user_id: str, admin: bool) -> tuple[StopOutcome, str]:
+    async def forward(self, session: str, user_id: str, admin: bool,
+                      cause: StopCause = "stop") -> tuple[StopOutcome, str]:
         return StopOutcome.NOTHING, ""
 
 
@@ -140,9 +143,11 @@ class RedisStops(StopRelay):
                 for ask in await self._watch(keys=self._keys(session), args=args):
                     request = json.loads(ask)
                     # A request taken as the turn ended finds nothing left to stop.
+                    cause = "interrupt" if request.get("cause") == "interrupt" else "stop"
                     outcome = StopOutcome.NOTHING if stopping.is_set() else \
-                        turn.request_stop(str(request["user"]), bool(request["admin"]))
-                    log.info("/stop from %s for %s, received by another worker: %s", request["user"], session,
+                        turn.request_stop(str(request["user"]), bool(request["admin"]), cause)
+                    log.info("%s from %s for %s, received by another worker: %s",
+                             "/stop" if cause == "stop" else "a newer message", request["user"], session,
                              outcome.value)
                     await self._answer(str(request["reply"]), outcome, turn.user_name)
             except RedisError as exc:
@@ -164,9 +169,10 @@ class RedisStops(StopRelay):
             pipe.pexpire(key, _ANSWER_TTL_MS)
             await pipe.execute()
 
-    async def forward(self, session: str, user_id: str, admin: bool) -> tuple[StopOutcome, str]:
+    async def forward(self, session: str, user_id: str, admin: bool,
+                      cause: StopCause = "stop") -> tuple[StopOutcome, str]:
         reply = uuid.uuid4().hex
-        request = json.dumps({"user": user_id, "admin": admin, "reply": reply})
+        request = json.dumps({"user": user_id, "admin": admin, "reply": reply, "cause": cause})
         told = f"{self._prefix}told:{reply}"
         try:
             if not await self._ask(keys=self._keys(session), args=[request, int(ASK_WINDOW_S * 1000)]):

@@ -13,13 +13,13 @@ from redis.asyncio import Redis
 
 from gateway.app import Gateway
 from gateway.app.runtime_parts import build_runtime
-from gateway.conversation.answers import STOPPED_TEXT
+from gateway.conversation.answers import INTERRUPTED_BY_NEW_TEXT, STOPPED_TEXT
 from gateway.conversation.commands import NOT_YOURS, NOTHING_TO_STOP
 from gateway.intake.busy import RunningTurn, StopOutcome
 from gateway.intake.locks import fail_fast_client
 from gateway.intake.stops import ANSWER_WAIT_S, RedisStops
 from tests.fakes.llm_server import FakeLLMServer
-from tests.gateway.conftest import ScriptedAdapter, make_settings
+from tests.gateway.conftest import GatewayFactory, ScriptedAdapter, make_settings
 
 
 async def _until(condition: object, within_s: float = 10.0) -> None:
@@ -86,6 +86,46 @@ async def test_an_admin_on_another_worker_may_stop_any_answer(pair: tuple[str, l
     await b.say("/stop", chat_id="d1", user_id="boss")
     await asyncio.wait_for(turn, 2)
     assert a.texts() == [STOPPED_TEXT] and b.texts() == []
+
+
+async def interrupting_pair(gateway_factory: GatewayFactory, redis_url: str) -> tuple[ScriptedAdapter, ScriptedAdapter]:
+    """Two workers in ``interrupt`` busy mode sharing the store and Redis."""
+    shared = {"url": redis_url, "key_prefix": f"concord-test:{uuid.uuid4().hex}:"}
+    _, a = await gateway_factory(redis=shared, gateway={"busy_mode": "interrupt"})
+    _, b = await gateway_factory(redis=shared, gateway={"busy_mode": "interrupt"})
+    return a, b
+
+
+async def test_a_newer_message_on_another_worker_interrupts_its_senders_answer(
+        gateway_factory: GatewayFactory, fake_llm: FakeLLMServer, redis_url: str) -> None:
+    a, b = await interrupting_pair(gateway_factory, redis_url)
+    fake_llm.reply("never finished", delay=30)
+    fake_llm.reply("answer to the correction")
+    turn = asyncio.create_task(a.say("summarise the logs", chat_id="d1", user_id="u1"))
+    await _until(lambda: len(fake_llm.requests) == 1)
+    await asyncio.sleep(0.3)  # announced
+    await asyncio.wait_for(b.say("actually, only the errors", chat_id="d1", user_id="u1"), 5)
+    await asyncio.wait_for(turn, 2)
+    await _until(lambda: b.texts())
+    assert a.texts() == [INTERRUPTED_BY_NEW_TEXT] and b.texts() == ["answer to the correction"]
+    users = [m["content"] for m in fake_llm.requests[-1].messages if m["role"] == "user"]
+    assert users == ["summarise the logs", "actually, only the errors"]
+
+
+async def test_another_senders_message_on_another_worker_interrupts_nothing(
+        gateway_factory: GatewayFactory, fake_llm: FakeLLMServer, redis_url: str) -> None:
+    a, b = await interrupting_pair(gateway_factory, redis_url)
+    fake_llm.reply("the slow answer", delay=1.5)
+    fake_llm.reply("the second answer")
+    turn = asyncio.create_task(a.say("summarise the logs", chat_type="group", chat_id="g", user_id="u1",
+                                     user_name="Ann", mentions_bot=True))
+    await _until(lambda: len(fake_llm.requests) == 1)
+    await asyncio.sleep(0.3)
+    await asyncio.wait_for(b.say("and the warnings?", chat_type="group", chat_id="g", user_id="u2",
+                                 user_name="Bob", mentions_bot=True), 10)
+    await asyncio.wait_for(turn, 5)
+    await _until(lambda: b.texts())
+    assert a.texts() == ["the slow answer"] and b.texts() == ["the second answer"]
 
 
 async def test_a_request_the_turn_never_saw_is_answered_once_by_the_asker(redis_url: str) -> None:
