@@ -1,5 +1,7 @@
 """/stop received by another worker than the one running the turn: two gateways on one Redis, each
-with its own store and platform connection. The turn runs on A; /stop reaches B."""
+with its own store and platform connection. The turn runs on A; /stop reaches B. In ``interrupt`` busy mode the
+sender's next message reaching B interrupts the turn on A the same way (those two workers share the store, as
+workers behind one load balancer do)."""
 
 from __future__ import annotations
 
