@@ -201,20 +201,23 @@ class _Batch:
         result = self.results.get(str(call.get("id")))
         return None if result is None else self.text_key(result)
 
-    def facts(self, message: Message, *, stage: str) -> tuple[tuple[str, str], ...]:
-        """The (kind, text) facts of ``message`` found in the `STAGES` up to ``stage``, from the cache where it
-        has them (the key: its role, its text, each call's arguments and result)."""
+    def _arguments_key(self, call: Mapping[str, Any]) -> tuple[bool, str | bytes]:
+        fn = call.get("function")
+        raw = fn.get("arguments") if isinstance(fn, Mapping) else fn
+        return isinstance(raw, str), self.text_key(raw if isinstance(raw, str) else repr(raw))
+
+    def entry(self, message: Message, text: str, *, stage: str) -> _MessageFacts:
+        """What ``message`` (whose `content_text` is ``text``) yields, its `STAGES` up to ``stage`` filled in, from
+        the cache where it has them (the key: its role, its text, each call's arguments and result)."""
         role = message.get("role")
-        text = content_text(message)
         calls = tool_calls_of(message) if role == "assistant" else ()
         key = (role, text if len(text) <= INLINE_KEY_CHARS else self.text_key(text),
-               tuple((_arguments_key(call), self._result_key(call)) for call in calls) if calls else ())
+               tuple((self._arguments_key(call), self._result_key(call)) for call in calls) if calls else ())
         entry = _CACHE.get(key)
         if entry is None:
             if role == "system" or is_summary_text(text):
-                entry = _NOTHING
-                _CACHE.put(key, entry)
-                return ()
+                _CACHE.put(key, _NOTHING)
+                return _NOTHING
             user, scanned = role == "user", _scanned(text)
             present = _GATES.present(scanned)
             pairs: list[tuple[str, str]] = []
@@ -230,13 +233,11 @@ class _Batch:
         if stage == "value" and entry.values is None:
             found = _text_facts(_scanned(text), role == "user", "value", entry.present)
             entry.values = _accept(found, entry.first + (entry.paths or ()), self.redacted)
-        return entry.upto(stage)
+        return entry
 
-
-def _arguments_key(call: Mapping[str, Any]) -> tuple[bool, str | bytes]:
-    fn = call.get("function")
-    raw = fn.get("arguments") if isinstance(fn, Mapping) else fn
-    return isinstance(raw, str), text_key(raw if isinstance(raw, str) else repr(raw))
+    def facts(self, message: Message, *, stage: str) -> tuple[tuple[str, str], ...]:
+        """The (kind, text) facts of ``message`` found in the `STAGES` up to ``stage`` (see `entry`)."""
+        return self.entry(message, content_text(message), stage=stage).upto(stage)
 
 
 def _results_of(messages: Iterable[Message]) -> dict[str, str]:
@@ -277,16 +278,23 @@ def extract_facts(messages: Sequence[Message], number: Callable[[int], int], *,
     newest: dict[tuple[str, str], Fact] = {}
     if scan_chars is not None:
         path_chars = scan_chars if path_chars is None else max(path_chars, scan_chars)
-    scanned = 0
+    scanned, most = 0, _SCAN_HEAD + _SCAN_TAIL
     for i in range(len(messages) - 1, -1, -1):
         if scan_chars is None or scanned < scan_chars:
             stage = "value"
         else:
             stage = "path" if path_chars is not None and scanned < path_chars else "first"
+        text = content_text(messages[i])
         if stage != "first":
-            scanned += min(len(content_text(messages[i])), _SCAN_HEAD + _SCAN_TAIL)
-        seq = number(i)
-        for kind, text in batch.facts(messages[i], stage=stage):
-            if (kind, text) not in newest:
-                newest[kind, text] = Fact(kind, text, seq)
+            scanned += min(len(text), most)
+        entry = batch.entry(messages[i], text, stage=stage)
+        # (The parts of `_MessageFacts.upto`, read in place: most messages of a long history have no fact.)
+        parts = (entry.first,) if stage == "first" else (entry.first, entry.paths or ()) if stage == "path" \
+            else (entry.first, entry.paths or (), entry.values or ())
+        seq = None
+        for part in parts:
+            for pair in part:
+                if pair not in newest:
+                    seq = number(i) if seq is None else seq
+                    newest[pair] = Fact(pair[0], pair[1], seq)
     return sorted(newest.values(), key=lambda f: f.seq)

@@ -203,7 +203,8 @@ class _Selection:
     def __init__(self, facts: Sequence[Fact], cost: Callable[[str], int]) -> None:
         self.facts, self._cost = facts, cost
         self._groupable = [_groupable(fact) for fact in facts]
-        self.chosen: dict[int, int] = {}  # index → the order it was chosen in
+        self.chosen: dict[int, int] = {}  # index → the order it was chosen in (only compared: later is larger)
+        self._next = 0
         self._opened: set[tuple[int, str]] = set()  # the (message, kind) lines a chosen short fact has started
         self._holders: dict[str, list[int]] = {}  # word → the chosen facts whose text holds it
         self._words: dict[int, frozenset[str]] = {}
@@ -249,7 +250,8 @@ class _Selection:
     def take(self, index: int) -> None:
         """Choose the fact."""
         fact = self.facts[index]
-        self.chosen[index] = len(self.chosen)
+        self.chosen[index] = self._next
+        self._next += 1
         for word in self.words(index):
             self._holders.setdefault(word, []).append(index)
         if self._groupable[index]:
@@ -258,14 +260,16 @@ class _Selection:
     def drop_named(self) -> int | None:
         """Leave out each chosen path that a fact chosen after it names whole (a longer path, a command); what
         the rest costs, or None when none was left out. (One chosen before it would have named it then.)"""
-        named = {i for i, order in self.chosen.items() if self.named(i, chosen_after=order)}
+        named = [i for i, order in self.chosen.items() if self.named(i, chosen_after=order)]
         if not named:
             return None
-        kept = [i for i in self.chosen if i not in named]
-        self.chosen, self._holders, self._opened = {}, {}, set()
-        for index in kept:
-            self.take(index)
-        return self._cost_of(kept)
+        # The rest stay chosen in their order; only what the named paths added is taken back.
+        for index in named:
+            del self.chosen[index]
+            for word in self.words(index):
+                self._holders[word].remove(index)
+        self._opened = {(self.facts[i].seq, self.facts[i].kind) for i in self.chosen if self._groupable[i]}
+        return self._cost_of(list(self.chosen))
 
     def _cost_of(self, indices: list[int]) -> int:
         """What the facts cost together: in message order, each line's first fact pays for the line."""
