@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent.compression.describe import call_arguments
+from agent.compression.describe import call_arguments, search_exit
 from agent.compression.fact_patterns import (
     ERROR_RE,
     SCANNERS,
@@ -94,7 +94,7 @@ def _scanned(text: str) -> str:
 def _exit_note(result: str | None) -> str:
     if result is None:
         return "no result recorded"
-    match = _EXIT_RE.search(result)
+    match = search_exit(_EXIT_RE, result)
     if match:
         return f"exit {match.group(1)}"
     return "failed" if any(ERROR_RE.match(line) for line in result.splitlines()[-20:]) else "ran"

@@ -4,6 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agent.compression import describe, evidence
+from agent.compression.describe import search_exit
+from agent.compression.messages import content_text
 from agent.compression.prune import (
     ARGUMENTS_MAX_CHARS,
     DUPLICATE_NOTE,
@@ -13,6 +20,7 @@ from agent.compression.prune import (
     shrink_arguments,
 )
 from agent.tokens import get_counter
+from bench.corpus import iter_transcripts
 from tests.compression.helpers import assistant, call, image_part, result, system, user
 
 
@@ -124,3 +132,29 @@ def test_prune_boundary_uses_budget_with_message_floor() -> None:
     per = counter.count_message(messages[0])
     assert find_prune_boundary(messages, tail_budget=per * 5, min_tail=3, counter=counter) == 5
     assert find_prune_boundary(messages, tail_budget=0, min_tail=3, counter=counter) == 7
+
+
+# ------------------------------------------------------------------------- exit statuses, found fast
+
+
+_EXIT_ALPHABET = st.sampled_from(["exit", "EXITED", "with", "code", "status", "return", "ReturnCode", "exit_code",
+                                  "ſtatus", "ı", " ", "  ", ":", "=", "'", '"', ">", "-", "0", "1", "17", "255",
+                                  "\n", "x", "_", "é", "a"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_EXIT_ALPHABET, max_size=30).map("".join))
+def test_an_exit_status_is_found_where_the_pattern_alone_finds_it(text: str) -> None:
+    for pattern in (describe._EXIT_RE, evidence._EXIT_RE):
+        fast, slow = search_exit(pattern, text), pattern.search(text)
+        assert (fast and (fast.span(), fast.groups())) == (slow and (slow.span(), slow.groups())), text
+
+
+def test_an_exit_status_is_found_where_the_pattern_alone_finds_it_in_the_corpus() -> None:
+    texts = [content_text(m) for t in iter_transcripts() for m in t.messages if m.get("role") == "tool"]
+    if not texts:
+        pytest.skip("the corpus folder is missing (set CONCORD_CORPUS_DIR)")
+    for text in texts:
+        for pattern in (describe._EXIT_RE, evidence._EXIT_RE):
+            fast, slow = search_exit(pattern, text), pattern.search(text)
+            assert (fast and (fast.span(), fast.groups())) == (slow and (slow.span(), slow.groups()))
