@@ -23,10 +23,9 @@ _EXIT_RE = re.compile(
     r"(?i)\b(?:exit(?:ed)?(?:\s+with)?(?:\s+code|\s+status)?|return\s*code|returncode|exit_code|status\s+code)"
     r"[\s:=\"']{0,4}(-?\d{1,3})\b"
 )
-# Every match of an exit-status pattern (this one, the evidence extractor's) starts with one of these words, as
-# its (?i) folds them; CPython's engine finds them several times faster than it tries the pattern at each word
-# of a long output.
-_EXIT_WORDS = re.compile(r"(?i)exit|return|status")
+# Every match of an exit-status pattern (this one, the evidence extractor's) starts with one of these words, in
+# any case. CPython's engine tries such a pattern at every word of a long output; finding the words is far faster.
+_EXIT_WORDS = ("exit", "return", "status")
 _CLIP = 120
 
 
@@ -97,12 +96,20 @@ def call_target(call: Mapping[str, Any] | None) -> str | None:
 
 def search_exit(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
     """``pattern.search(text)`` for an exit-status pattern (every match starts with "exit", "return" or
-    "status", in any case), the pattern tried only where one of those words starts."""
-    for word in _EXIT_WORDS.finditer(text):
-        match = pattern.match(text, word.start())
-        if match is not None:
-            return match
-    return None
+    "status", in any case), tried only where one of those words starts."""
+    if not text.isascii():  # (?i) also folds a few other letters (ſ, ı, K) to ASCII ones: the pattern's own scan
+        return pattern.search(text)
+    lowered = text.lower()
+    best: re.Match[str] | None = None
+    for word in _EXIT_WORDS:  # each word's first place where the pattern matches; the leftmost of them wins
+        at = lowered.find(word)
+        while at >= 0 and (best is None or at < best.start()):
+            match = pattern.match(text, at)
+            if match is not None:
+                best = match
+                break
+            at = lowered.find(word, at + 1)
+    return best
 
 
 def describe_tool_result(call: Mapping[str, Any] | None, fallback_name: Any, text: str) -> str:

@@ -150,6 +150,15 @@ def test_an_exit_status_is_found_where_the_pattern_alone_finds_it(text: str) -> 
         assert (fast and (fast.span(), fast.groups())) == (slow and (slow.span(), slow.groups())), text
 
 
+def test_the_first_exit_status_is_found_whichever_word_it_starts_with() -> None:
+    text = "retry: status code 3, then returncode=1, then EXIT CODE 2"
+    for pattern in (describe._EXIT_RE, evidence._EXIT_RE):
+        assert search_exit(pattern, text).group(1) == "3"  # type: ignore[union-attr]
+        assert search_exit(pattern, text[text.index("then"):]).group(1) == "1"  # type: ignore[union-attr]
+        assert search_exit(pattern, "ſtatus code 4").group(1) == "4"  # type: ignore[union-attr]
+        assert search_exit(pattern, "no status here, only returns") is None
+
+
 def test_an_exit_status_is_found_where_the_pattern_alone_finds_it_in_the_corpus() -> None:
     texts = [content_text(m) for t in iter_transcripts() for m in t.messages if m.get("role") == "tool"]
     if not texts:
