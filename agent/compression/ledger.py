@@ -82,6 +82,8 @@ _COVERAGE_RE = re.compile(r"^Messages #(\d+)–#(\d+) of this conversation were 
 _HEADER_RE = re.compile(r"^\s*#{1,4}\s*\**\s*(.+?)\s*\**\s*:?\s*$")
 _NONE_RE = re.compile(r"^\s*(?:[-*]\s*)?(?:none|n/a|nothing)\.?\s*$", re.I)
 _SECTION_ORDER = [title for title, _ in SECTIONS]
+_SECTION_ORDER_LOWERED = [(title, title.lower()) for title in _SECTION_ORDER]
+_BLANK_RUN_RE = re.compile(r"\n{3,}")
 
 
 def ledger_cap(summary_budget: int) -> int:
@@ -104,13 +106,14 @@ def _groupable(fact: Fact) -> bool:
 def ledger_lines(facts: Sequence[Fact]) -> list[str]:
     """The lines of ``facts``, in their order: a line per fact, the short facts of one message and kind on the
     line of the first of them."""
+    groupable = [_groupable(fact) for fact in facts]
     groups: dict[tuple[int, str], list[Fact]] = {}
-    for fact in facts:
-        if _groupable(fact):
+    for fact, short in zip(facts, groupable, strict=True):
+        if short:
             groups.setdefault((fact.seq, fact.kind), []).append(fact)
     lines: list[str] = []
-    for fact in facts:
-        group = groups.pop((fact.seq, fact.kind), None) if _groupable(fact) else [fact]
+    for fact, short in zip(facts, groupable, strict=True):
+        group = groups.pop((fact.seq, fact.kind), None) if short else [fact]
         if group is None:
             continue  # on its group's line already
         if len(group) == 1:
@@ -336,8 +339,9 @@ def _section_bounds(lines: list[str]) -> dict[str, tuple[int, int]]:
     bounds: dict[str, tuple[int, int]] = {}
     for n, (i, title) in enumerate(headers):
         end = headers[n + 1][0] if n + 1 < len(headers) else len(lines)
-        for known in _SECTION_ORDER:
-            if title.lower().startswith(known.lower()) and known not in bounds:
+        lowered = title.lower()
+        for known, known_lowered in _SECTION_ORDER_LOWERED:
+            if lowered.startswith(known_lowered) and known not in bounds:
                 bounds[known] = (i, end)
     return bounds
 
@@ -367,7 +371,7 @@ def with_ledger(body: str, facts: Sequence[Fact], coverage: tuple[int, int] | No
         if entries:
             lines = _insert_section(lines, title, entries)
     text = "\n".join(lines).strip()
-    text = re.sub(r"\n{3,}", "\n\n", text)
+    text = _BLANK_RUN_RE.sub("\n\n", text)
     return f"{coverage_line(*coverage)}\n\n{text}" if coverage else text
 
 
