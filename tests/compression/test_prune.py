@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -139,7 +141,7 @@ def test_prune_boundary_uses_budget_with_message_floor() -> None:
 
 _EXIT_ALPHABET = st.sampled_from(["exit", "EXITED", "with", "code", "status", "return", "ReturnCode", "exit_code",
                                   "ſtatus", "ı", " ", "  ", ":", "=", "'", '"', ">", "-", "0", "1", "17", "255",
-                                  "\n", "x", "_", "é", "a"])
+                                  "\n", "x", "_", "é", "a", "İ", "\u212a", "EXİT"])
 
 
 @settings(max_examples=400, deadline=None)
@@ -157,6 +159,14 @@ def test_the_first_exit_status_is_found_whichever_word_it_starts_with() -> None:
         assert search_exit(pattern, text[text.index("then"):]).group(1) == "1"  # type: ignore[union-attr]
         assert search_exit(pattern, "ſtatus code 4").group(1) == "4"  # type: ignore[union-attr]
         assert search_exit(pattern, "no status here, only returns") is None
+
+
+def test_the_letters_folding_into_the_exit_words_are_all_known() -> None:
+    letters = {letter for word in describe._EXIT_WORDS for letter in word}
+    pattern = re.compile(f"(?i)[{''.join(sorted(letters))}]")
+    folding = {chr(point) for point in range(128, sys.maxunicode + 1) if pattern.fullmatch(chr(point))}
+    assert folding == set(describe._FOLDING_INTO_EXIT_WORDS)
+    assert [chr(p) for p in range(sys.maxunicode + 1) if len(chr(p).lower()) != 1] == ["İ"]
 
 
 def test_an_exit_status_is_found_where_the_pattern_alone_finds_it_in_the_corpus() -> None:
