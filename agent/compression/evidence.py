@@ -206,15 +206,24 @@ class _Batch:
         raw = fn.get("arguments") if isinstance(fn, Mapping) else fn
         return isinstance(raw, str), self.text_key(raw if isinstance(raw, str) else repr(raw))
 
-    def entry(self, message: Message, text: str, *, stage: str) -> _MessageFacts:
-        """What ``message`` (whose `content_text` is ``text``) yields, its `STAGES` up to ``stage`` filled in, from
-        the cache where it has them (the key: its role, its text, each call's arguments and result)."""
+    def key(self, message: Message, text: str) -> tuple[Any, ...]:
+        """The cache key of ``message``, whose `content_text` is ``text``: its role, its text, each call's
+        arguments and result."""
         role = message.get("role")
         calls = tool_calls_of(message) if role == "assistant" else ()
-        key = (role, text if len(text) <= INLINE_KEY_CHARS else self.text_key(text),
-               tuple((self._arguments_key(call), self._result_key(call)) for call in calls) if calls else ())
-        entry = _CACHE.get(key)
+        return (role, text if len(text) <= INLINE_KEY_CHARS else self.text_key(text),
+                tuple((self._arguments_key(call), self._result_key(call)) for call in calls) if calls else ())
+
+    def entry(self, message: Message, text: str, *, stage: str, known: _MessageFacts | None = None) -> _MessageFacts:
+        """What ``message`` (whose `content_text` is ``text``) yields, its `STAGES` up to ``stage`` filled in, from
+        the cache where it has them; ``known``: what the caller found there already (None: look)."""
+        role = message.get("role")
+        entry = known
         if entry is None:
+            key = self.key(message, text)
+            entry = _CACHE.get(key)
+        if entry is None:
+            calls = tool_calls_of(message) if role == "assistant" else ()
             if role == "system" or is_summary_text(text):
                 _CACHE.put(key, _NOTHING)
                 return _NOTHING
@@ -275,6 +284,10 @@ def extract_facts(messages: Sequence[Message], number: Callable[[int], int], *,
     from every message.
     """
     batch = _Batch(_results_of(messages))
+    texts = [content_text(message) for message in messages]
+    # One lock for the whole middle: nearly every message's facts are known (a miss is looked up again below, as
+    # an equal message found earlier in this loop may have put it there).
+    known = _CACHE.get_many([batch.key(message, text) for message, text in zip(messages, texts, strict=True)])
     newest: dict[tuple[str, str], Fact] = {}
     if scan_chars is not None:
         path_chars = scan_chars if path_chars is None else max(path_chars, scan_chars)
@@ -284,10 +297,9 @@ def extract_facts(messages: Sequence[Message], number: Callable[[int], int], *,
             stage = "value"
         else:
             stage = "path" if path_chars is not None and scanned < path_chars else "first"
-        text = content_text(messages[i])
         if stage != "first":
-            scanned += min(len(text), most)
-        entry = batch.entry(messages[i], text, stage=stage)
+            scanned += min(len(texts[i]), most)
+        entry = batch.entry(messages[i], texts[i], stage=stage, known=known[i])
         # (The parts of `_MessageFacts.upto`, read in place: most messages of a long history have no fact.)
         parts = (entry.first,) if stage == "first" else (entry.first, entry.paths or ()) if stage == "path" \
             else (entry.first, entry.paths or (), entry.values or ())
