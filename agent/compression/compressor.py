@@ -185,10 +185,10 @@ class ContextCompressor(CompressorStateView, CompressorWindow, ContextEngine):
         self._first_seq = first_seq
 
     def on_messages_stored(self, messages: Sequence[Mapping[str, Any]]) -> None:
-        """Find the evidence facts of ``messages`` and their blocks of the summary prompt now, so that the
-        compaction that summarizes them only assembles them (neither ever changes; both are kept in bounded
-        in-process caches)."""
-        remember_facts(messages)
+        """Find the evidence facts of ``messages`` (and count their texts) and their blocks of the summary prompt
+        now, so that the compaction that summarizes them only assembles them (neither ever changes; both are
+        kept in bounded in-process caches)."""
+        remember_facts(messages, self._counter)
         remember_blocks(messages, self._counter)
 
     def record_ineffective(self) -> None:

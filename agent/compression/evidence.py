@@ -37,7 +37,7 @@ from agent.compression.messages import Message, content_text, tool_calls_of
 from agent.compression.redact import redact_secrets
 from agent.compression.summary import is_summary_text
 from agent.lru import LruCache
-from agent.tokens import INLINE_KEY_CHARS, text_key
+from agent.tokens import INLINE_KEY_CHARS, TokenCounter, text_key
 
 __all__ = [
     "FACT_KINDS",
@@ -45,6 +45,7 @@ __all__ = [
     "clear_fact_cache",
     "extract_constraints",
     "extract_facts",
+    "fact_tokens",
     "facts_of_message",
     "remember_facts",
 ]
@@ -66,6 +67,8 @@ _EXIT_RE = re.compile(
 )
 # Messages whose facts the cache keeps (an entry holds a few short strings and a 16-byte digest).
 _CACHE_SIZE = 50_000
+# Fact texts whose token counts are kept (per encoding; a message has a few facts, most of them short).
+_TOKENS_CACHE_SIZE = 4 * _CACHE_SIZE
 _GATES = GateScan(SCANNERS)
 
 
@@ -174,9 +177,26 @@ _CACHE: LruCache[tuple[Any, ...], _MessageFacts] = LruCache(_CACHE_SIZE)
 _NOTHING = _MessageFacts((), (), (), frozenset())
 
 
+# Per (encoding, fact text): the tokens of " " + text, what the text adds to its ledger line.
+_TOKENS: LruCache[tuple[str, str], int] = LruCache(_TOKENS_CACHE_SIZE)
+
+
 def clear_fact_cache() -> None:
-    """Forget every message's facts (what a restarted process knows)."""
+    """Forget every message's facts and their token counts (what a restarted process knows)."""
     _CACHE.clear()
+    _TOKENS.clear()
+
+
+def fact_tokens(text: str, counter: TokenCounter) -> int:
+    """The tokens a fact's ``text`` adds to its ledger line, after the label: those of ``" " + text`` (a line
+    ``- #57 path: a.py`` counts as ``- #57 path:`` and `` a.py`` together, see `agent.compression.ledger`), kept
+    per encoding like the facts themselves."""
+    key = (counter.encoding_name, text)
+    tokens = _TOKENS.get(key)
+    if tokens is None:
+        tokens = counter.count_text(" " + text)
+        _TOKENS.put(key, tokens)
+    return tokens
 
 
 class _Batch:
@@ -263,14 +283,18 @@ def facts_of_message(message: Message, seq: int, results: Mapping[str, str] | No
     return [Fact(kind, text, seq) for kind, text in _Batch(results).facts(message, stage=stage)]
 
 
-def remember_facts(messages: Sequence[Message]) -> None:
-    """Find and keep the facts of ``messages`` (every kind), so a later compaction only assembles them.
+def remember_facts(messages: Sequence[Message], counter: TokenCounter | None = None) -> None:
+    """Find and keep the facts of ``messages`` (every kind), so a later compaction only assembles them; with
+    ``counter``, their texts' token counts too (`fact_tokens`), so it prices their ledger lines without
+    tokenizing them.
 
     For a caller that stores messages as they come (the gateway, after a turn); a tool call's result is
     looked up among ``messages``, so pass a call with its results."""
     batch = _Batch(_results_of(messages))
     for message in messages:
-        batch.facts(message, stage=STAGES[-1])
+        for _, text in batch.facts(message, stage=STAGES[-1]):
+            if counter is not None:
+                fact_tokens(text, counter)
 
 
 def extract_facts(messages: Sequence[Message], number: Callable[[int], int], *,

@@ -203,8 +203,11 @@ class _Selection:
     """The facts chosen so far (indices into ``facts``), what each costs, and which chosen facts hold each word
     (a path is searched for only in the texts that hold its rarest word)."""
 
-    def __init__(self, facts: Sequence[Fact], cost: Callable[[str], int]) -> None:
+    def __init__(self, facts: Sequence[Fact], cost: Callable[[str], int],
+                 text_cost: Callable[[str], int] | None) -> None:
         self.facts, self._cost = facts, cost
+        self._text_cost = text_cost or (lambda text: cost(" " + text))
+        self._heads: dict[str, int] = {}  # a line's start ("- #57 path:", " ·") → its cost
         self._groupable = [_groupable(fact) for fact in facts]
         self.chosen: dict[int, int] = {}  # index → the order it was chosen in (only compared: later is larger)
         self._next = 0
@@ -220,15 +223,27 @@ class _Selection:
             found = self._words[index] = _words(self.facts[index].text)
         return found
 
+    def _head(self, head: str) -> int:
+        cost = self._heads.get(head)
+        if cost is None:
+            cost = self._heads[head] = self._cost(head)
+        return cost
+
     def _price(self, index: int, joins: bool) -> int:
+        """The cost of the fact's line (or of its place on a line started): that of the line's start ("- #57
+        path:", or a separator's " ·") plus that of " " + its text. The tokenizers split a text into pieces before
+        they encode them, and a ":" (or "·") that a space follows always ends a piece, whatever comes after it
+        (the tests hold both encodings to it on the corpus's facts and on generated text); so many facts share
+        the count of a start, and a text's count may be known already (`evidence.fact_tokens`)."""
         if (index, joins) not in self._prices:
             fact = self.facts[index]
+            text = self._text_cost(fact.text)
             if joins:
-                price = self._cost(_SEPARATOR[fact.kind] + fact.text)
-            elif self._groupable[index]:
-                price = self._cost(f"- #{fact.seq} {_GROUPED_LABELS[fact.kind]}: {fact.text}") + 1
+                separator = _SEPARATOR[fact.kind].rstrip()
+                price = text + (self._head(separator) if separator else 0)
             else:
-                price = self._cost(ledger_line(fact)) + 1
+                label = _GROUPED_LABELS[fact.kind] if self._groupable[index] else LABELS[fact.kind]
+                price = self._head(f"- #{fact.seq} {label}:") + text + 1
             self._prices[index, joins] = price
         return self._prices[index, joins]
 
@@ -287,16 +302,20 @@ class _Selection:
         return used
 
 
-def select_facts(facts: Sequence[Fact], cap_tokens: int, cost: Callable[[str], int]) -> list[Fact]:
+def select_facts(facts: Sequence[Fact], cap_tokens: int, cost: Callable[[str], int],
+                 text_cost: Callable[[str], int] | None = None) -> list[Fact]:
     """The facts that fit ``cap_tokens``: newest first per kind within its quota (the newest rule and error
     even beyond it), then the rest of the cap kind by kind (in `FACT_KINDS` order), newest first; returned in
     message order. A failed command takes the errors' share (`budget_kind`). A path that a chosen fact names
     whole (a command's argument, a directory of a longer path, a file's name in one) is in the window already
-    and is not written again: what it would have cost goes to the facts after it."""
+    and is not written again: what it would have cost goes to the facts after it.
+
+    ``cost`` counts a text's tokens (a line as its start and its text apart, `_Selection._price`);
+    ``text_cost(text)``: ``cost(" " + text)``, where the caller keeps those counts (`evidence.fact_tokens`)."""
     by_kind: dict[str, list[int]] = {kind: [] for kind in FACT_KINDS}
     for index, fact in enumerate(facts):
         by_kind[budget_kind(fact)].append(index)
-    pick = _Selection(facts, cost)
+    pick = _Selection(facts, cost, text_cost)
     used = 0
     for kind in FACT_KINDS:
         quota, spent = int(cap_tokens * _QUOTA[kind]), 0
@@ -388,13 +407,13 @@ class Ledger:
 
 
 def build_ledger(middle: Sequence[Message], numbers: Sequence[int], *, previous_summary: str | None,
-                 cap_tokens: int, cost: Callable[[str], int]) -> Ledger:
+                 cap_tokens: int, cost: Callable[[str], int], text_cost: Callable[[str], int] | None = None) -> Ledger:
     """The ledger for a compaction of ``middle`` (``numbers[i]`` numbering ``middle[i]``): its own facts plus
     the previous summary's ledger, bounded newest first to ``cap_tokens``; coverage runs from the previous
-    summary's first message to the middle's last."""
+    summary's first message to the middle's last. ``cost`` and ``text_cost`` as for `select_facts`."""
     fresh = extract_facts(middle, lambda i: numbers[i], scan_chars=cap_tokens * SCAN_PER_TOKEN,
                           path_chars=cap_tokens * PATH_SCAN_PER_TOKEN)
-    facts = select_facts(merge_facts(parse_ledger(previous_summary), fresh), cap_tokens, cost)
+    facts = select_facts(merge_facts(parse_ledger(previous_summary), fresh), cap_tokens, cost, text_cost)
     earlier = parse_coverage(previous_summary)
     coverage = None
     if numbers:
