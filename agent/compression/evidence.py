@@ -234,13 +234,15 @@ class _Batch:
         return (role, text if len(text) <= INLINE_KEY_CHARS else self.text_key(text),
                 tuple((self._arguments_key(call), self._result_key(call)) for call in calls) if calls else ())
 
-    def entry(self, message: Message, text: str, *, stage: str, known: _MessageFacts | None = None) -> _MessageFacts:
+    def entry(self, message: Message, text: str, *, stage: str, key: tuple[Any, ...] | None = None,
+              known: _MessageFacts | None = None) -> _MessageFacts:
         """What ``message`` (whose `content_text` is ``text``) yields, its `STAGES` up to ``stage`` filled in, from
-        the cache where it has them; ``known``: what the caller found there already (None: look)."""
+        the cache where it has them; ``key``: its `key`, and ``known``: what the caller found under it already
+        (None: look)."""
         role = message.get("role")
         entry = known
         if entry is None:
-            key = self.key(message, text)
+            key = self.key(message, text) if key is None else key
             entry = _CACHE.get(key)
         if entry is None:
             calls = tool_calls_of(message) if role == "assistant" else ()
@@ -311,7 +313,8 @@ def extract_facts(messages: Sequence[Message], number: Callable[[int], int], *,
     texts = [content_text(message) for message in messages]
     # One lock for the whole middle: nearly every message's facts are known (a miss is looked up again below, as
     # an equal message found earlier in this loop may have put it there).
-    known = _CACHE.get_many([batch.key(message, text) for message, text in zip(messages, texts, strict=True)])
+    keys = [batch.key(message, text) for message, text in zip(messages, texts, strict=True)]
+    known = _CACHE.get_many(keys)
     newest: dict[tuple[str, str], Fact] = {}
     if scan_chars is not None:
         path_chars = scan_chars if path_chars is None else max(path_chars, scan_chars)
@@ -323,7 +326,7 @@ def extract_facts(messages: Sequence[Message], number: Callable[[int], int], *,
             stage = "path" if path_chars is not None and scanned < path_chars else "first"
         if stage != "first":
             scanned += min(len(texts[i]), most)
-        entry = batch.entry(messages[i], texts[i], stage=stage, known=known[i])
+        entry = batch.entry(messages[i], texts[i], stage=stage, key=keys[i], known=known[i])
         # (The parts of `_MessageFacts.upto`, read in place: most messages of a long history have no fact.)
         parts = (entry.first,) if stage == "first" else (entry.first, entry.paths or ()) if stage == "path" \
             else (entry.first, entry.paths or (), entry.values or ())
