@@ -316,24 +316,35 @@ def extract_facts(messages: Sequence[Message], number: Callable[[int], int], *,
     keys = [batch.key(message, text) for message, text in zip(messages, texts, strict=True)]
     known = _CACHE.get_many(keys)
     newest: dict[tuple[str, str], Fact] = {}
+
+    def take(i: int, pairs: tuple[tuple[str, str], ...]) -> None:
+        seq = None
+        for pair in pairs:
+            if pair not in newest:
+                seq = number(i) if seq is None else seq
+                newest[pair] = Fact(pair[0], pair[1], seq)
+
     if scan_chars is not None:
         path_chars = scan_chars if path_chars is None else max(path_chars, scan_chars)
-    scanned, most = 0, _SCAN_HEAD + _SCAN_TAIL
-    for i in range(len(messages) - 1, -1, -1):
+    scanned, most, i = 0, _SCAN_HEAD + _SCAN_TAIL, len(messages) - 1
+    while i >= 0:  # the newest messages, as far back as the scans read
         if scan_chars is None or scanned < scan_chars:
             stage = "value"
+        elif path_chars is not None and scanned < path_chars:
+            stage = "path"
         else:
-            stage = "path" if path_chars is not None and scanned < path_chars else "first"
-        if stage != "first":
-            scanned += min(len(texts[i]), most)
+            break
+        scanned += min(len(texts[i]), most)
         entry = batch.entry(messages[i], texts[i], stage=stage, key=keys[i], known=known[i])
-        # (The parts of `_MessageFacts.upto`, read in place: most messages of a long history have no fact.)
-        parts = (entry.first,) if stage == "first" else (entry.first, entry.paths or ()) if stage == "path" \
-            else (entry.first, entry.paths or (), entry.values or ())
-        seq = None
-        for part in parts:
-            for pair in part:
-                if pair not in newest:
-                    seq = number(i) if seq is None else seq
-                    newest[pair] = Fact(pair[0], pair[1], seq)
+        take(i, entry.first)
+        take(i, entry.paths or ())
+        if stage == "value":
+            take(i, entry.values or ())
+        i -= 1
+    # The rest of the history gives its rules, errors and calls only (known for nearly every message; most of
+    # them have none).
+    for older in range(i, -1, -1):
+        entry = known[older] or batch.entry(messages[older], texts[older], stage="first", key=keys[older])
+        if entry.first:
+            take(older, entry.first)
     return sorted(newest.values(), key=lambda f: f.seq)
