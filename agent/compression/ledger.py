@@ -255,8 +255,14 @@ class _Selection:
     def _namers(self, index: int) -> list[int]:
         """The chosen facts that may name a path whole: those holding its rarest word ([] when one is held by
         none)."""
-        holders = [self._holders.get(word, []) for word in self.words(index)]
-        return min(holders, key=len) if holders else []
+        rarest: list[int] | None = None
+        for word in self.words(index):
+            holders = self._holders.get(word)
+            if not holders:
+                return []  # (most paths: a word no chosen fact holds)
+            if rarest is None or len(holders) < len(rarest):
+                rarest = holders
+        return rarest or []
 
     def named(self, index: int, *, chosen_after: int = -1) -> bool:
         """Whether the fact is a path that the chosen facts (those chosen after the ``chosen_after``-th) already
