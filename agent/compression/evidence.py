@@ -177,25 +177,29 @@ _CACHE: LruCache[tuple[Any, ...], _MessageFacts] = LruCache(_CACHE_SIZE)
 _NOTHING = _MessageFacts((), (), (), frozenset())
 
 
-# Per (encoding, fact text): the tokens of " " + text, what the text adds to its ledger line.
-_TOKENS: LruCache[tuple[str, str], int] = LruCache(_TOKENS_CACHE_SIZE)
+# Per encoding, per fact text: the tokens of " " + text, what the text adds to its ledger line. (Keyed by the
+# text alone: an entry adds no object for the garbage collector to walk, and there are many.)
+_TOKENS: dict[str, LruCache[str, int]] = {}
 
 
 def clear_fact_cache() -> None:
     """Forget every message's facts and their token counts (what a restarted process knows)."""
     _CACHE.clear()
-    _TOKENS.clear()
+    for cache in list(_TOKENS.values()):
+        cache.clear()
 
 
 def fact_tokens(text: str, counter: TokenCounter) -> int:
     """The tokens a fact's ``text`` adds to its ledger line, after the label: those of ``" " + text`` (a line
     ``- #57 path: a.py`` counts as ``- #57 path:`` and `` a.py`` together, see `agent.compression.ledger`), kept
     per encoding like the facts themselves."""
-    key = (counter.encoding_name, text)
-    tokens = _TOKENS.get(key)
+    cache = _TOKENS.get(counter.encoding_name)
+    if cache is None:
+        cache = _TOKENS.setdefault(counter.encoding_name, LruCache(_TOKENS_CACHE_SIZE))
+    tokens = cache.get(text)
     if tokens is None:
         tokens = counter.count_text(" " + text)
-        _TOKENS.put(key, tokens)
+        cache.put(text, tokens)
     return tokens
 
 
