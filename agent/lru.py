@@ -42,6 +42,17 @@ class LruCache(Generic[K, V]):
                 self._entries.move_to_end(key)
             return value
 
+    def get_many(self, keys: list[K]) -> list[V | None]:
+        """`get` of each key, in order, under one acquisition of the lock (a caller looking up a whole list)."""
+        with self._lock:
+            entries, found = self._entries, []
+            for key in keys:
+                value = entries.get(key)
+                if value is not None:
+                    entries.move_to_end(key)
+                found.append(value)
+            return found
+
     def put(self, key: K, value: V) -> None:
         """Store ``value`` under ``key`` as the newest entry."""
         with self._lock:

@@ -203,7 +203,18 @@ class TokenCounter:
 
     def count_each(self, messages: Iterable[Mapping[str, Any]]) -> list[int]:
         """Exact tokens of every message of a list, in order."""
-        return [self.count_message(m) for m in messages]
+        listed = list(messages)
+        keys = [count_key(m) for m in listed]
+        counts: list[int] = []
+        # One lock for the whole list (most of it is known), then what was not, each counted once.
+        for message, key, known in zip(listed, keys, self._cache.get_many(keys), strict=True):
+            if known is None:  # (asked again: an equal message earlier in the list may have just been counted)
+                known = self._cache.get(key)
+                if known is None:
+                    known = self._uncached_message(message)
+                    self._cache.put(key, known)
+            counts.append(known)
+        return counts
 
     def count_tools(self, tools: Sequence[Mapping[str, Any]] | None) -> int:
         """Exact tokens of the tool schemas sent with a request."""

@@ -13,6 +13,7 @@ from typing import Any
 from agent.compression.assemble import AssemblyResult, assemble
 from agent.compression.boundaries import Boundaries
 from agent.compression.escalation import STILL_FULL_SHARE
+from agent.compression.evidence import fact_tokens
 from agent.compression.ledger import Ledger, build_ledger, ledger_cap
 from agent.compression.summary import format_summary
 from agent.tokens import TokenCounter
@@ -30,8 +31,8 @@ def middle_ledger(original: Messages, bounds: Boundaries, budget: int, *, first_
     middle = original[bounds.head_end : bounds.tail_start]
     offset = 1 if original and original[0].get("role") == "system" else 0
     numbers = [first_seq + i - offset for i in range(bounds.head_end, bounds.tail_start)]
-    return build_ledger(middle, numbers, previous_summary=previous_summary,
-                        cap_tokens=ledger_cap(budget), cost=counter.count_text)
+    return build_ledger(middle, numbers, previous_summary=previous_summary, cap_tokens=ledger_cap(budget),
+                        cost=counter.count_text, text_cost=lambda text: fact_tokens(text, counter))
 
 
 def input_counts(messages: Sequence[Mapping[str, Any]], token_counts: Sequence[int] | None,

@@ -185,10 +185,10 @@ class ContextCompressor(CompressorStateView, CompressorWindow, ContextEngine):
         self._first_seq = first_seq
 
     def on_messages_stored(self, messages: Sequence[Mapping[str, Any]]) -> None:
-        """Find the evidence facts of ``messages`` and their blocks of the summary prompt now, so that the
-        compaction that summarizes them only assembles them (neither ever changes; both are kept in bounded
-        in-process caches)."""
-        remember_facts(messages)
+        """Find the evidence facts of ``messages`` (and count their texts) and their blocks of the summary prompt
+        now, so that the compaction that summarizes them only assembles them (neither ever changes; both are
+        kept in bounded in-process caches)."""
+        remember_facts(messages, self._counter)
         remember_blocks(messages, self._counter)
 
     def record_ineffective(self) -> None:
@@ -311,20 +311,21 @@ class ContextCompressor(CompressorStateView, CompressorWindow, ContextEngine):
         ledger = middle_ledger(original, bounds, plan.summary_budget, first_seq=self._first_seq,
                                previous_summary=self._state.previous_summary, counter=self._counter)
         kept = kept_counts(work, plan.work_counts, bounds)
-        assembled, after_counts = assemble_counted(work, kept, bounds, ledger.merge(text), self._counter)
+        body = ledger.merge(text)
+        assembled, after_counts = assemble_counted(work, kept, bounds, body, self._counter)
         if sum(after_counts) >= tokens_before:
             # Still no shorter than what it replaces (a tiny middle): a summary half as long, then none but the
             # ledger's facts, before giving up.
             for share in (0.5, 0.0):
                 text = shorten_summary(text, int(plan.summary_budget * share), self._counter)
-                assembled, after_counts = assemble_counted(work, kept, bounds, ledger.merge(text),
-                                                           self._counter)
+                body = ledger.merge(text)
+                assembled, after_counts = assemble_counted(work, kept, bounds, body, self._counter)
                 if sum(after_counts) < tokens_before:
                     break
         if sum(after_counts) >= tokens_before:
             return self._unchanged(original, counts, "compression would not reduce tokens", ineffective=True)
         return self._commit(original, assembled.messages, tokens_before, after_counts, bounds, plan.pruned, kind,
-                            failure, ledger.merge(text))
+                            failure, body)
 
     # -- the summary: in parts, within the summary model's window ---------------------------------------
 

@@ -13,7 +13,7 @@ from typing import Any
 from agent.compression.messages import parse_arguments
 from agent.compression.redact import redact_secrets
 
-__all__ = ["call_arguments", "call_target", "describe_tool_result"]
+__all__ = ["call_arguments", "call_target", "describe_tool_result", "search_exit"]
 
 _COMMAND_KEYS = ("command", "cmd", "script", "code", "input")
 _PATH_KEYS = ("path", "file_path", "filepath", "filename", "file", "target_file", "uri", "url")
@@ -23,6 +23,12 @@ _EXIT_RE = re.compile(
     r"(?i)\b(?:exit(?:ed)?(?:\s+with)?(?:\s+code|\s+status)?|return\s*code|returncode|exit_code|status\s+code)"
     r"[\s:=\"']{0,4}(-?\d{1,3})\b"
 )
+# Every match of an exit-status pattern (this one, the evidence extractor's) starts with one of these words, in
+# any case. CPython's engine tries such a pattern at every word of a long output; finding the words is far faster.
+_EXIT_WORDS = ("exit", "return", "status")
+# The letters outside ASCII that (?i) takes for one of those words' letters (the tests enumerate them): a text
+# holding one is scanned by the pattern itself. ("İ" is also the one letter that lowers to two characters.)
+_FOLDING_INTO_EXIT_WORDS = ("İ", "ı", "ſ")
 _CLIP = 120
 
 
@@ -91,6 +97,24 @@ def call_target(call: Mapping[str, Any] | None) -> str | None:
     return _clip(value, 100) if value else None
 
 
+def search_exit(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
+    """``pattern.search(text)`` for an exit-status pattern (every match starts with "exit", "return" or
+    "status", in any case), tried only where one of those words starts."""
+    if not text.isascii() and any(letter in text for letter in _FOLDING_INTO_EXIT_WORDS):
+        return pattern.search(text)
+    lowered = text.lower()  # as long as the text, character for character
+    best: re.Match[str] | None = None
+    for word in _EXIT_WORDS:  # each word's first place where the pattern matches; the leftmost of them wins
+        at = lowered.find(word)
+        while at >= 0 and (best is None or at < best.start()):
+            match = pattern.match(text, at)
+            if match is not None:
+                best = match
+                break
+            at = lowered.find(word, at + 1)
+    return best
+
+
 def describe_tool_result(call: Mapping[str, Any] | None, fallback_name: Any, text: str) -> str:
     """A short, informative stand-in for a long tool result ``text`` produced by ``call`` (may be unknown)."""
     fn = call.get("function") if isinstance(call, Mapping) else None
@@ -101,7 +125,7 @@ def describe_tool_result(call: Mapping[str, Any] | None, fallback_name: Any, tex
     command = _first(args, _COMMAND_KEYS)
     path = _first(args, _PATH_KEYS)
     if kind == "run" and command:
-        match = _EXIT_RE.search(text)
+        match = search_exit(_EXIT_RE, text)
         if match:
             tail = f"exit {match.group(1)}, {lines:,} lines output"
             if match.group(1) != "0":

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent.compression.describe import call_arguments
+from agent.compression.describe import call_arguments, search_exit
 from agent.compression.fact_patterns import (
     ERROR_RE,
     SCANNERS,
@@ -37,7 +37,7 @@ from agent.compression.messages import Message, content_text, tool_calls_of
 from agent.compression.redact import redact_secrets
 from agent.compression.summary import is_summary_text
 from agent.lru import LruCache
-from agent.tokens import INLINE_KEY_CHARS, text_key
+from agent.tokens import INLINE_KEY_CHARS, TokenCounter, text_key
 
 __all__ = [
     "FACT_KINDS",
@@ -45,6 +45,7 @@ __all__ = [
     "clear_fact_cache",
     "extract_constraints",
     "extract_facts",
+    "fact_tokens",
     "facts_of_message",
     "remember_facts",
 ]
@@ -66,6 +67,8 @@ _EXIT_RE = re.compile(
 )
 # Messages whose facts the cache keeps (an entry holds a few short strings and a 16-byte digest).
 _CACHE_SIZE = 50_000
+# Fact texts whose token counts are kept (per encoding; a message has a few facts, most of them short).
+_TOKENS_CACHE_SIZE = 4 * _CACHE_SIZE
 _GATES = GateScan(SCANNERS)
 
 
@@ -94,7 +97,7 @@ def _scanned(text: str) -> str:
 def _exit_note(result: str | None) -> str:
     if result is None:
         return "no result recorded"
-    match = _EXIT_RE.search(result)
+    match = search_exit(_EXIT_RE, result)
     if match:
         return f"exit {match.group(1)}"
     return "failed" if any(ERROR_RE.match(line) for line in result.splitlines()[-20:]) else "ran"
@@ -174,9 +177,30 @@ _CACHE: LruCache[tuple[Any, ...], _MessageFacts] = LruCache(_CACHE_SIZE)
 _NOTHING = _MessageFacts((), (), (), frozenset())
 
 
+# Per encoding, per fact text: the tokens of " " + text, what the text adds to its ledger line. (Keyed by the
+# text alone: an entry adds no object for the garbage collector to walk, and there are many.)
+_TOKENS: dict[str, LruCache[str, int]] = {}
+
+
 def clear_fact_cache() -> None:
-    """Forget every message's facts (what a restarted process knows)."""
+    """Forget every message's facts and their token counts (what a restarted process knows)."""
     _CACHE.clear()
+    for cache in list(_TOKENS.values()):
+        cache.clear()
+
+
+def fact_tokens(text: str, counter: TokenCounter) -> int:
+    """The tokens a fact's ``text`` adds to its ledger line, after the label: those of ``" " + text`` (a line
+    ``- #57 path: a.py`` counts as ``- #57 path:`` and `` a.py`` together, see `agent.compression.ledger`), kept
+    per encoding like the facts themselves."""
+    cache = _TOKENS.get(counter.encoding_name)
+    if cache is None:
+        cache = _TOKENS.setdefault(counter.encoding_name, LruCache(_TOKENS_CACHE_SIZE))
+    tokens = cache.get(text)
+    if tokens is None:
+        tokens = counter.count_text(" " + text)
+        cache.put(text, tokens)
+    return tokens
 
 
 class _Batch:
@@ -201,20 +225,34 @@ class _Batch:
         result = self.results.get(str(call.get("id")))
         return None if result is None else self.text_key(result)
 
-    def facts(self, message: Message, *, stage: str) -> tuple[tuple[str, str], ...]:
-        """The (kind, text) facts of ``message`` found in the `STAGES` up to ``stage``, from the cache where it
-        has them (the key: its role, its text, each call's arguments and result)."""
+    def _arguments_key(self, call: Mapping[str, Any]) -> tuple[bool, str | bytes]:
+        fn = call.get("function")
+        raw = fn.get("arguments") if isinstance(fn, Mapping) else fn
+        return isinstance(raw, str), self.text_key(raw if isinstance(raw, str) else repr(raw))
+
+    def key(self, message: Message, text: str) -> tuple[Any, ...]:
+        """The cache key of ``message``, whose `content_text` is ``text``: its role, its text, each call's
+        arguments and result."""
         role = message.get("role")
-        text = content_text(message)
         calls = tool_calls_of(message) if role == "assistant" else ()
-        key = (role, text if len(text) <= INLINE_KEY_CHARS else self.text_key(text),
-               tuple((_arguments_key(call), self._result_key(call)) for call in calls) if calls else ())
-        entry = _CACHE.get(key)
+        return (role, text if len(text) <= INLINE_KEY_CHARS else self.text_key(text),
+                tuple((self._arguments_key(call), self._result_key(call)) for call in calls) if calls else ())
+
+    def entry(self, message: Message, text: str, *, stage: str, key: tuple[Any, ...] | None = None,
+              known: _MessageFacts | None = None) -> _MessageFacts:
+        """What ``message`` (whose `content_text` is ``text``) yields, its `STAGES` up to ``stage`` filled in, from
+        the cache where it has them; ``key``: its `key`, and ``known``: what the caller found under it already
+        (None: look)."""
+        role = message.get("role")
+        entry = known
         if entry is None:
+            key = self.key(message, text) if key is None else key
+            entry = _CACHE.get(key)
+        if entry is None:
+            calls = tool_calls_of(message) if role == "assistant" else ()
             if role == "system" or is_summary_text(text):
-                entry = _NOTHING
-                _CACHE.put(key, entry)
-                return ()
+                _CACHE.put(key, _NOTHING)
+                return _NOTHING
             user, scanned = role == "user", _scanned(text)
             present = _GATES.present(scanned)
             pairs: list[tuple[str, str]] = []
@@ -230,13 +268,11 @@ class _Batch:
         if stage == "value" and entry.values is None:
             found = _text_facts(_scanned(text), role == "user", "value", entry.present)
             entry.values = _accept(found, entry.first + (entry.paths or ()), self.redacted)
-        return entry.upto(stage)
+        return entry
 
-
-def _arguments_key(call: Mapping[str, Any]) -> tuple[bool, str | bytes]:
-    fn = call.get("function")
-    raw = fn.get("arguments") if isinstance(fn, Mapping) else fn
-    return isinstance(raw, str), text_key(raw if isinstance(raw, str) else repr(raw))
+    def facts(self, message: Message, *, stage: str) -> tuple[tuple[str, str], ...]:
+        """The (kind, text) facts of ``message`` found in the `STAGES` up to ``stage`` (see `entry`)."""
+        return self.entry(message, content_text(message), stage=stage).upto(stage)
 
 
 def _results_of(messages: Iterable[Message]) -> dict[str, str]:
@@ -253,14 +289,18 @@ def facts_of_message(message: Message, seq: int, results: Mapping[str, str] | No
     return [Fact(kind, text, seq) for kind, text in _Batch(results).facts(message, stage=stage)]
 
 
-def remember_facts(messages: Sequence[Message]) -> None:
-    """Find and keep the facts of ``messages`` (every kind), so a later compaction only assembles them.
+def remember_facts(messages: Sequence[Message], counter: TokenCounter | None = None) -> None:
+    """Find and keep the facts of ``messages`` (every kind), so a later compaction only assembles them; with
+    ``counter``, their texts' token counts too (`fact_tokens`), so it prices their ledger lines without
+    tokenizing them.
 
     For a caller that stores messages as they come (the gateway, after a turn); a tool call's result is
     looked up among ``messages``, so pass a call with its results."""
     batch = _Batch(_results_of(messages))
     for message in messages:
-        batch.facts(message, stage=STAGES[-1])
+        for _, text in batch.facts(message, stage=STAGES[-1]):
+            if counter is not None:
+                fact_tokens(text, counter)
 
 
 def extract_facts(messages: Sequence[Message], number: Callable[[int], int], *,
@@ -274,19 +314,41 @@ def extract_facts(messages: Sequence[Message], number: Callable[[int], int], *,
     from every message.
     """
     batch = _Batch(_results_of(messages))
+    texts = [content_text(message) for message in messages]
+    # One lock for the whole middle: nearly every message's facts are known (a miss is looked up again below, as
+    # an equal message found earlier in this loop may have put it there).
+    keys = [batch.key(message, text) for message, text in zip(messages, texts, strict=True)]
+    known = _CACHE.get_many(keys)
     newest: dict[tuple[str, str], Fact] = {}
+
+    def take(i: int, pairs: tuple[tuple[str, str], ...]) -> None:
+        seq = None
+        for pair in pairs:
+            if pair not in newest:
+                seq = number(i) if seq is None else seq
+                newest[pair] = Fact(pair[0], pair[1], seq)
+
     if scan_chars is not None:
         path_chars = scan_chars if path_chars is None else max(path_chars, scan_chars)
-    scanned = 0
-    for i in range(len(messages) - 1, -1, -1):
+    scanned, most, i = 0, _SCAN_HEAD + _SCAN_TAIL, len(messages) - 1
+    while i >= 0:  # the newest messages, as far back as the scans read
         if scan_chars is None or scanned < scan_chars:
             stage = "value"
+        elif path_chars is not None and scanned < path_chars:
+            stage = "path"
         else:
-            stage = "path" if path_chars is not None and scanned < path_chars else "first"
-        if stage != "first":
-            scanned += min(len(content_text(messages[i])), _SCAN_HEAD + _SCAN_TAIL)
-        seq = number(i)
-        for kind, text in batch.facts(messages[i], stage=stage):
-            if (kind, text) not in newest:
-                newest[kind, text] = Fact(kind, text, seq)
+            break
+        scanned += min(len(texts[i]), most)
+        entry = batch.entry(messages[i], texts[i], stage=stage, key=keys[i], known=known[i])
+        take(i, entry.first)
+        take(i, entry.paths or ())
+        if stage == "value":
+            take(i, entry.values or ())
+        i -= 1
+    # The rest of the history gives its rules, errors and calls only (known for nearly every message; most of
+    # them have none).
+    for older in range(i, -1, -1):
+        entry = known[older] or batch.entry(messages[older], texts[older], stage="first", key=keys[older])
+        if entry.first:
+            take(older, entry.first)
     return sorted(newest.values(), key=lambda f: f.seq)

@@ -82,6 +82,8 @@ _COVERAGE_RE = re.compile(r"^Messages #(\d+)–#(\d+) of this conversation were 
 _HEADER_RE = re.compile(r"^\s*#{1,4}\s*\**\s*(.+?)\s*\**\s*:?\s*$")
 _NONE_RE = re.compile(r"^\s*(?:[-*]\s*)?(?:none|n/a|nothing)\.?\s*$", re.I)
 _SECTION_ORDER = [title for title, _ in SECTIONS]
+_SECTION_ORDER_LOWERED = [(title, title.lower()) for title in _SECTION_ORDER]
+_BLANK_RUN_RE = re.compile(r"\n{3,}")
 
 
 def ledger_cap(summary_budget: int) -> int:
@@ -104,13 +106,14 @@ def _groupable(fact: Fact) -> bool:
 def ledger_lines(facts: Sequence[Fact]) -> list[str]:
     """The lines of ``facts``, in their order: a line per fact, the short facts of one message and kind on the
     line of the first of them."""
+    groupable = [_groupable(fact) for fact in facts]
     groups: dict[tuple[int, str], list[Fact]] = {}
-    for fact in facts:
-        if _groupable(fact):
+    for fact, short in zip(facts, groupable, strict=True):
+        if short:
             groups.setdefault((fact.seq, fact.kind), []).append(fact)
     lines: list[str] = []
-    for fact in facts:
-        group = groups.pop((fact.seq, fact.kind), None) if _groupable(fact) else [fact]
+    for fact, short in zip(facts, groupable, strict=True):
+        group = groups.pop((fact.seq, fact.kind), None) if short else [fact]
         if group is None:
             continue  # on its group's line already
         if len(group) == 1:
@@ -200,10 +203,14 @@ class _Selection:
     """The facts chosen so far (indices into ``facts``), what each costs, and which chosen facts hold each word
     (a path is searched for only in the texts that hold its rarest word)."""
 
-    def __init__(self, facts: Sequence[Fact], cost: Callable[[str], int]) -> None:
+    def __init__(self, facts: Sequence[Fact], cost: Callable[[str], int],
+                 text_cost: Callable[[str], int] | None) -> None:
         self.facts, self._cost = facts, cost
+        self._text_cost = text_cost or (lambda text: cost(" " + text))
+        self._heads: dict[str, int] = {}  # a line's start ("- #57 path:", " ·") → its cost
         self._groupable = [_groupable(fact) for fact in facts]
-        self.chosen: dict[int, int] = {}  # index → the order it was chosen in
+        self.chosen: dict[int, int] = {}  # index → the order it was chosen in (only compared: later is larger)
+        self._next = 0
         self._opened: set[tuple[int, str]] = set()  # the (message, kind) lines a chosen short fact has started
         self._holders: dict[str, list[int]] = {}  # word → the chosen facts whose text holds it
         self._words: dict[int, frozenset[str]] = {}
@@ -216,15 +223,27 @@ class _Selection:
             found = self._words[index] = _words(self.facts[index].text)
         return found
 
+    def _head(self, head: str) -> int:
+        cost = self._heads.get(head)
+        if cost is None:
+            cost = self._heads[head] = self._cost(head)
+        return cost
+
     def _price(self, index: int, joins: bool) -> int:
+        """The cost of the fact's line (or of its place on a line started): that of the line's start ("- #57
+        path:", or a separator's " ·") plus that of " " + its text. The tokenizers split a text into pieces before
+        they encode them, and a ":" (or "·") that a space follows always ends a piece, whatever comes after it
+        (the tests hold both encodings to it on the corpus's facts and on generated text); so many facts share
+        the count of a start, and a text's count may be known already (`evidence.fact_tokens`)."""
         if (index, joins) not in self._prices:
             fact = self.facts[index]
+            text = self._text_cost(fact.text)
             if joins:
-                price = self._cost(_SEPARATOR[fact.kind] + fact.text)
-            elif self._groupable[index]:
-                price = self._cost(f"- #{fact.seq} {_GROUPED_LABELS[fact.kind]}: {fact.text}") + 1
+                separator = _SEPARATOR[fact.kind].rstrip()
+                price = text + (self._head(separator) if separator else 0)
             else:
-                price = self._cost(ledger_line(fact)) + 1
+                label = _GROUPED_LABELS[fact.kind] if self._groupable[index] else LABELS[fact.kind]
+                price = self._head(f"- #{fact.seq} {label}:") + text + 1
             self._prices[index, joins] = price
         return self._prices[index, joins]
 
@@ -236,8 +255,14 @@ class _Selection:
     def _namers(self, index: int) -> list[int]:
         """The chosen facts that may name a path whole: those holding its rarest word ([] when one is held by
         none)."""
-        holders = [self._holders.get(word, []) for word in self.words(index)]
-        return min(holders, key=len) if holders else []
+        rarest: list[int] | None = None
+        for word in self.words(index):
+            holders = self._holders.get(word)
+            if not holders:
+                return []  # (most paths: a word no chosen fact holds)
+            if rarest is None or len(holders) < len(rarest):
+                rarest = holders
+        return rarest or []
 
     def named(self, index: int, *, chosen_after: int = -1) -> bool:
         """Whether the fact is a path that the chosen facts (those chosen after the ``chosen_after``-th) already
@@ -249,7 +274,8 @@ class _Selection:
     def take(self, index: int) -> None:
         """Choose the fact."""
         fact = self.facts[index]
-        self.chosen[index] = len(self.chosen)
+        self.chosen[index] = self._next
+        self._next += 1
         for word in self.words(index):
             self._holders.setdefault(word, []).append(index)
         if self._groupable[index]:
@@ -258,14 +284,16 @@ class _Selection:
     def drop_named(self) -> int | None:
         """Leave out each chosen path that a fact chosen after it names whole (a longer path, a command); what
         the rest costs, or None when none was left out. (One chosen before it would have named it then.)"""
-        named = {i for i, order in self.chosen.items() if self.named(i, chosen_after=order)}
+        named = [i for i, order in self.chosen.items() if self.named(i, chosen_after=order)]
         if not named:
             return None
-        kept = [i for i in self.chosen if i not in named]
-        self.chosen, self._holders, self._opened = {}, {}, set()
-        for index in kept:
-            self.take(index)
-        return self._cost_of(kept)
+        # The rest stay chosen in their order; only what the named paths added is taken back.
+        for index in named:
+            del self.chosen[index]
+            for word in self.words(index):
+                self._holders[word].remove(index)
+        self._opened = {(self.facts[i].seq, self.facts[i].kind) for i in self.chosen if self._groupable[i]}
+        return self._cost_of(list(self.chosen))
 
     def _cost_of(self, indices: list[int]) -> int:
         """What the facts cost together: in message order, each line's first fact pays for the line."""
@@ -280,16 +308,20 @@ class _Selection:
         return used
 
 
-def select_facts(facts: Sequence[Fact], cap_tokens: int, cost: Callable[[str], int]) -> list[Fact]:
+def select_facts(facts: Sequence[Fact], cap_tokens: int, cost: Callable[[str], int],
+                 text_cost: Callable[[str], int] | None = None) -> list[Fact]:
     """The facts that fit ``cap_tokens``: newest first per kind within its quota (the newest rule and error
     even beyond it), then the rest of the cap kind by kind (in `FACT_KINDS` order), newest first; returned in
     message order. A failed command takes the errors' share (`budget_kind`). A path that a chosen fact names
     whole (a command's argument, a directory of a longer path, a file's name in one) is in the window already
-    and is not written again: what it would have cost goes to the facts after it."""
+    and is not written again: what it would have cost goes to the facts after it.
+
+    ``cost`` counts a text's tokens (a line as its start and its text apart, `_Selection._price`);
+    ``text_cost(text)``: ``cost(" " + text)``, where the caller keeps those counts (`evidence.fact_tokens`)."""
     by_kind: dict[str, list[int]] = {kind: [] for kind in FACT_KINDS}
     for index, fact in enumerate(facts):
         by_kind[budget_kind(fact)].append(index)
-    pick = _Selection(facts, cost)
+    pick = _Selection(facts, cost, text_cost)
     used = 0
     for kind in FACT_KINDS:
         quota, spent = int(cap_tokens * _QUOTA[kind]), 0
@@ -332,8 +364,9 @@ def _section_bounds(lines: list[str]) -> dict[str, tuple[int, int]]:
     bounds: dict[str, tuple[int, int]] = {}
     for n, (i, title) in enumerate(headers):
         end = headers[n + 1][0] if n + 1 < len(headers) else len(lines)
-        for known in _SECTION_ORDER:
-            if title.lower().startswith(known.lower()) and known not in bounds:
+        lowered = title.lower()
+        for known, known_lowered in _SECTION_ORDER_LOWERED:
+            if lowered.startswith(known_lowered) and known not in bounds:
                 bounds[known] = (i, end)
     return bounds
 
@@ -363,7 +396,7 @@ def with_ledger(body: str, facts: Sequence[Fact], coverage: tuple[int, int] | No
         if entries:
             lines = _insert_section(lines, title, entries)
     text = "\n".join(lines).strip()
-    text = re.sub(r"\n{3,}", "\n\n", text)
+    text = _BLANK_RUN_RE.sub("\n\n", text)
     return f"{coverage_line(*coverage)}\n\n{text}" if coverage else text
 
 
@@ -380,13 +413,13 @@ class Ledger:
 
 
 def build_ledger(middle: Sequence[Message], numbers: Sequence[int], *, previous_summary: str | None,
-                 cap_tokens: int, cost: Callable[[str], int]) -> Ledger:
+                 cap_tokens: int, cost: Callable[[str], int], text_cost: Callable[[str], int] | None = None) -> Ledger:
     """The ledger for a compaction of ``middle`` (``numbers[i]`` numbering ``middle[i]``): its own facts plus
     the previous summary's ledger, bounded newest first to ``cap_tokens``; coverage runs from the previous
-    summary's first message to the middle's last."""
+    summary's first message to the middle's last. ``cost`` and ``text_cost`` as for `select_facts`."""
     fresh = extract_facts(middle, lambda i: numbers[i], scan_chars=cap_tokens * SCAN_PER_TOKEN,
                           path_chars=cap_tokens * PATH_SCAN_PER_TOKEN)
-    facts = select_facts(merge_facts(parse_ledger(previous_summary), fresh), cap_tokens, cost)
+    facts = select_facts(merge_facts(parse_ledger(previous_summary), fresh), cap_tokens, cost, text_cost)
     earlier = parse_coverage(previous_summary)
     coverage = None
     if numbers:

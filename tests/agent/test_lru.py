@@ -41,3 +41,12 @@ def test_a_weighed_cache_skips_an_entry_heavier_than_the_whole_budget_and_forget
 def test_a_weighed_cache_needs_a_budget() -> None:
     with pytest.raises(ValueError):
         LruCache(10, weigh=len)
+
+
+def test_looking_up_many_keys_is_looking_up_each_in_turn() -> None:
+    cache: LruCache[str, int] = LruCache(3)
+    for key, value in (("a", 1), ("b", 2), ("c", 3)):
+        cache.put(key, value)
+    assert cache.get_many(["b", "x", "a"]) == [2, None, 1]  # "c" is now the oldest, then "b", then "a"
+    cache.put("d", 4)
+    assert (cache.get("c"), cache.get("b"), cache.get("a"), cache.get("d")) == (None, 2, 1, 4)

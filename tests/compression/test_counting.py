@@ -93,6 +93,15 @@ def test_count_key_of_a_long_text_is_a_fixed_size_digest() -> None:
     assert count_key(user("short text"))[-1] == "short text"  # short texts are their own key: no hashing
 
 
+def test_equal_messages_of_one_list_are_tokenized_once(tokenized: Callable[[TokenCounter], list[str]]) -> None:
+    counter = TokenCounter()
+    calls = tokenized(counter)
+    assert counter.count_each([user("same text"), user("other text"), dict(user("same text"))]) == [
+        counter.count_message(user("same text")), counter.count_message(user("other text")),
+        counter.count_message(user("same text"))]
+    assert calls.count("same text") == 1 and calls.count("other text") == 1
+
+
 def test_a_cache_hit_tokenizes_nothing(tokenized: Callable[[TokenCounter], list[str]]) -> None:
     counter = TokenCounter()
     calls = tokenized(counter)

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.compression.evidence import Fact
+from agent.compression.evidence import Fact, clear_fact_cache, extract_facts, fact_tokens, remember_facts
 from agent.compression.ledger import (
+    _GROUPED_LABELS,
+    _SEPARATOR,
+    LABELS,
+    _groupable,
+    _Selection,
     budget_kind,
     coverage_line,
     ledger_cap,
@@ -23,6 +29,7 @@ from agent.compression.ledger import (
 from agent.compression.summary import summary_body
 from agent.compression.threshold import compute_threshold_tokens, output_reserve, summary_budget
 from agent.tokens import get_counter
+from bench.corpus import load_all
 from tests.compression.helpers import ScriptedProvider, coding_session, make_compressor, user
 
 COUNT = get_counter().count_text
@@ -226,3 +233,54 @@ async def test_message_numbers_follow_the_store_and_coverage_spans_iterations() 
     kept = parse_ledger(later)
     assert ran in kept
     assert any(f.seq >= 1_000 for f in kept)
+
+
+# ------------------------------------------------------------------- a line's price: its start and its text
+
+
+_STARTS = [f"- #{seq} {label}:" for seq in (1, 57, 1234, 99999) for label in (*LABELS.values(), *_GROUPED_LABELS.values())]
+_ENCODINGS = [get_counter("o200k_base").count_text, get_counter("cl100k_base").count_text]
+
+
+def _priced_apart(text: str) -> None:
+    for count in _ENCODINGS:
+        tail = count(" " + text)
+        for start in _STARTS:
+            assert count(f"{start} {text}") == count(start) + tail, (start, text)
+        for separator in {s for s in _SEPARATOR.values() if s.strip()}:
+            assert count(separator + text) == count(separator.rstrip()) + tail, (separator, text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.characters(blacklist_characters="\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"), min_size=1))
+def test_a_line_costs_its_start_and_its_text_apart(text: str) -> None:
+    _priced_apart(text)
+
+
+def test_a_line_costs_its_start_and_its_text_apart_for_every_fact_of_the_corpus() -> None:
+    texts = {fact.text for transcript in load_all() for fact in extract_facts(transcript.messages, lambda i: i + 1)}
+    if not texts:
+        pytest.skip("the corpus folder is missing (set CONCORD_CORPUS_DIR)")
+    for text in texts:
+        _priced_apart(text)
+
+
+def test_known_text_counts_choose_what_counting_the_lines_chooses() -> None:
+    clear_fact_cache()
+    messages = coding_session(12)
+    remember_facts(messages, get_counter())
+    facts = extract_facts(messages, lambda i: i + 1)
+    for cap in (40, 150, 600):
+        assert select_facts(facts, cap, COUNT, lambda text: fact_tokens(text, get_counter())) == \
+            select_facts(facts, cap, COUNT)
+
+
+def test_a_fact_is_priced_as_its_whole_line_would_count() -> None:
+    facts = [*extract_facts(coding_session(12), lambda i: i + 1), Fact("id", "PR #12", 9), Fact("number", "3.5 s", 9)]
+    pick = _Selection(facts, COUNT, None)
+    for index, fact in enumerate(facts):
+        grouped = _groupable(fact)
+        label = _GROUPED_LABELS[fact.kind] if grouped else LABELS[fact.kind]
+        assert pick._price(index, False) == COUNT(f"- #{fact.seq} {label}: {fact.text}") + 1
+        if grouped:
+            assert pick._price(index, True) == COUNT(_SEPARATOR[fact.kind] + fact.text)

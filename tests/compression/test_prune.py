@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
+import sys
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agent.compression import describe, evidence
+from agent.compression.describe import search_exit
+from agent.compression.messages import content_text
 from agent.compression.prune import (
     ARGUMENTS_MAX_CHARS,
     DUPLICATE_NOTE,
@@ -13,6 +22,7 @@ from agent.compression.prune import (
     shrink_arguments,
 )
 from agent.tokens import get_counter
+from bench.corpus import iter_transcripts
 from tests.compression.helpers import assistant, call, image_part, result, system, user
 
 
@@ -124,3 +134,46 @@ def test_prune_boundary_uses_budget_with_message_floor() -> None:
     per = counter.count_message(messages[0])
     assert find_prune_boundary(messages, tail_budget=per * 5, min_tail=3, counter=counter) == 5
     assert find_prune_boundary(messages, tail_budget=0, min_tail=3, counter=counter) == 7
+
+
+# ------------------------------------------------------------------------- exit statuses, found fast
+
+
+_EXIT_ALPHABET = st.sampled_from(["exit", "EXITED", "with", "code", "status", "return", "ReturnCode", "exit_code",
+                                  "ſtatus", "ı", " ", "  ", ":", "=", "'", '"', ">", "-", "0", "1", "17", "255",
+                                  "\n", "x", "_", "é", "a", "İ", "\u212a", "EXİT"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_EXIT_ALPHABET, max_size=30).map("".join))
+def test_an_exit_status_is_found_where_the_pattern_alone_finds_it(text: str) -> None:
+    for pattern in (describe._EXIT_RE, evidence._EXIT_RE):
+        fast, slow = search_exit(pattern, text), pattern.search(text)
+        assert (fast and (fast.span(), fast.groups())) == (slow and (slow.span(), slow.groups())), text
+
+
+def test_the_first_exit_status_is_found_whichever_word_it_starts_with() -> None:
+    text = "retry: status code 3, then returncode=1, then EXIT CODE 2"
+    for pattern in (describe._EXIT_RE, evidence._EXIT_RE):
+        assert search_exit(pattern, text).group(1) == "3"  # type: ignore[union-attr]
+        assert search_exit(pattern, text[text.index("then"):]).group(1) == "1"  # type: ignore[union-attr]
+        assert search_exit(pattern, "ſtatus code 4").group(1) == "4"  # type: ignore[union-attr]
+        assert search_exit(pattern, "no status here, only returns") is None
+
+
+def test_the_letters_folding_into_the_exit_words_are_all_known() -> None:
+    letters = {letter for word in describe._EXIT_WORDS for letter in word}
+    pattern = re.compile(f"(?i)[{''.join(sorted(letters))}]")
+    folding = {chr(point) for point in range(128, sys.maxunicode + 1) if pattern.fullmatch(chr(point))}
+    assert folding == set(describe._FOLDING_INTO_EXIT_WORDS)
+    assert [chr(p) for p in range(sys.maxunicode + 1) if len(chr(p).lower()) != 1] == ["İ"]
+
+
+def test_an_exit_status_is_found_where_the_pattern_alone_finds_it_in_the_corpus() -> None:
+    texts = [content_text(m) for t in iter_transcripts() for m in t.messages if m.get("role") == "tool"]
+    if not texts:
+        pytest.skip("the corpus folder is missing (set CONCORD_CORPUS_DIR)")
+    for text in texts:
+        for pattern in (describe._EXIT_RE, evidence._EXIT_RE):
+            fast, slow = search_exit(pattern, text), pattern.search(text)
+            assert (fast and (fast.span(), fast.groups())) == (slow and (slow.span(), slow.groups()))
