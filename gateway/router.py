@@ -66,7 +66,7 @@ from gateway.conversation.user_messages import request_message
 from gateway.delivery.delivery import Deliveries, MarkedAnswer
 from gateway.delivery.replies import cap_reply
 from gateway.intake.arrivals import Turn
-from gateway.intake.busy import Batch, RunningTurns, interrupt
+from gateway.intake.busy import Batch, RunningTurns
 from gateway.intake.durability import is_storage_outage
 from gateway.intake.holding import turned_away, until_handled
 from gateway.intake.inbox import Inbox, inbound_key, message_key
@@ -178,7 +178,7 @@ class Router:
             return
         mode = self.settings.gateway.busy_mode
         if mode == "interrupt" and command is None:
-            await interrupt(self.running.get(key), self.sessions.rt.stops, str(key), inbound.user_id)
+            self.running.interrupt(key, inbound.user_id)
         if mode == "collect" and command is None:
             await self.waiting.collect(key, inbound, adapter, admin)
             return

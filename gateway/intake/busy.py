@@ -23,7 +23,7 @@ from gateway.intake.keys import SessionKey
 if TYPE_CHECKING:
     from gateway.intake.stops import StopRelay
 
-__all__ = ["Batch", "RunningTurn", "RunningTurns", "StopCause", "StopOutcome", "interrupt"]
+__all__ = ["Batch", "RunningTurn", "RunningTurns", "StopCause", "StopOutcome"]
 
 StopCause = Literal["stop", "interrupt"]
 
@@ -71,25 +71,31 @@ class RunningTurn:
         return StopOutcome.STOPPED
 
 
-async def interrupt(running: RunningTurn | None, relay: StopRelay, session: str, user_id: str) -> None:
-    """``interrupt`` busy mode: a newer message from the sender of the running answer stops it — here, or
-    through ``relay`` on the worker running it (a load balancer may have sent the two messages to two workers)."""
-    if running is not None:
-        running.request_stop(user_id, False, "interrupt")
-    else:
-        await relay.forward(session, user_id, False, "interrupt")
-
-
 class RunningTurns:
     """The running turn of each busy session; each is announced through ``relay`` while it runs."""
 
     def __init__(self, relay: StopRelay | None = None) -> None:
         self._turns: dict[SessionKey, RunningTurn] = {}
         self._relay = relay
+        self._forwarding: set[asyncio.Task[Any]] = set()
 
     def get(self, key: SessionKey) -> RunningTurn | None:
         """The running turn of ``key``, if any."""
         return self._turns.get(key)
+
+    def interrupt(self, key: SessionKey, user_id: str) -> None:
+        """``interrupt`` busy mode: a newer message from ``user_id``, the sender of ``key``'s running answer,
+        stops it — here at once, or through the relay on the worker running it (a load balancer may have sent
+        the two messages to two workers). The request travels in the background: the new message takes its
+        place in the session's order meanwhile."""
+        running = self._turns.get(key)
+        if running is not None:
+            running.request_stop(user_id, False, "interrupt")
+        elif self._relay is not None:
+            task = asyncio.create_task(self._relay.forward(str(key), user_id, False, "interrupt"),
+                                       name=f"interrupt:{key}")
+            self._forwarding.add(task)  # held until done: the loop keeps only weak references to tasks
+            task.add_done_callback(self._forwarding.discard)
 
     @contextlib.asynccontextmanager
     async def track(self, key: SessionKey, inbound: Inbound) -> AsyncIterator[RunningTurn]:
