@@ -239,14 +239,13 @@ class MessageSearch:
         (the message right after one with a "?" in its first `TEXT_CHARS` characters) gets the question's score
         added to its own: in a conversation the answer to a matching question is often where the query's
         words are not."""
-        scored = {r.id: r.score for r in ranked[:pool]}
-        if not scored:
-            return []
-        asks = [r.id for r in ranked[:pool] if r.asks]
-        asking = {(r.session_id, r.seq): r.id for r in conn.execute(
-            select(MessageRow.id, MessageRow.session_id, MessageRow.seq).where(MessageRow.id.in_(asks)))} if asks else {}
+        best = ranked[:pool]
+        scored = {r.id: r.score for r in best}
         total = dict(scored)
-        if asking:
+        asks = [r.id for r in best if r.asks]
+        if asks:
+            asking = {(r.session_id, r.seq): r.id for r in conn.execute(
+                select(MessageRow.id, MessageRow.session_id, MessageRow.seq).where(MessageRow.id.in_(asks)))}
             # Sessions and numbers apart (each served by the (session_id, seq) index), the pairs checked here:
             # SQLite scans for a row-value IN list.
             answers = scope.where(select(MessageRow.id, MessageRow.session_id, MessageRow.seq).where(
