@@ -41,7 +41,8 @@ async def test_each_run_of_the_sweep_is_swept_by_one_process(cluster_factory: Cl
     # then never sweeps it (the next run would): only the runs before the stopping began are checked.
     stopping = datetime.now(UTC)
     for worker in cluster.workers:
-        assert await cluster.stop(worker.index) == 0
+        # The worker's log says why when it does not stop cleanly (its folder goes with the test).
+        assert await cluster.stop(worker.index) == 0, worker.log_path.read_text()[-3000:]
     runs = [(w.index, key) for w in cluster.workers for key in CLAIMED.findall(w.log_path.read_text())]
     swept = [w.log_path.read_text().count("sweep: 0 candidate(s)") for w in cluster.workers]
     skipped = "already ran in another process" in out.decode()
