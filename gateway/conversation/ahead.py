@@ -36,7 +36,7 @@ from agent.lru import LruCache
 from agent.memory import MemoryProvider
 from agent.turn import Compaction
 from gateway.config import Settings, summary_deadline_seconds
-from gateway.conversation.compaction import LOST_RACE, store_compaction
+from gateway.conversation.compaction import LOST_RACE, store_compaction, stored_preparations
 from gateway.conversation.engine_state import restore_engine_state
 from gateway.conversation.hygiene import session_tokens
 from gateway.conversation.session import LiveSession, SessionManager
@@ -255,7 +255,8 @@ class AheadCompactions:
         engine.on_session_start(job.session_id, framed)
         engine.number_messages(active.watermark - len(active.messages) + 1)
         await before_compaction(engine, job.memory, framed, force=False, notices=None, announce=False, **counts)
-        result = await engine.compress(framed, current_tokens=tokens, **counts, **ahead)
+        prepared = await stored_preparations(rt, engine, job.session_id, active.watermark, len(active.messages))
+        result = await engine.compress(framed, current_tokens=tokens, **counts, **ahead, **prepared)
         if not result.compressed:
             log.info("compaction ahead of need of session %s did nothing: %s", job.session_id, result.reason)
             if result.aborted:

@@ -48,6 +48,19 @@ def _without_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return messages[1:] if messages and messages[0].get("role") == "system" else messages
 
 
+async def stored_preparations(rt: Runtime, engine: ContextEngine, session_id: str, watermark: int,
+                              stored: int) -> dict[str, Any]:
+    """``engine.compress``'s ``prepared`` argument for a framed active set — the system prompt, then the
+    session's ``stored`` active messages up to ``watermark``: what the engine prepared for each once it was
+    stored, as the store kept it (so a compaction after a restart finds nothing again), where the engine
+    takes it; else nothing. Read only now: a turn that does not compact does not need it."""
+    if not getattr(engine, "accepts_prepared", False):
+        return {}
+    records = await rt.store.messages.prepared_of_active(session_id, watermark)
+    # Another worker's append after ``watermark`` is not read; a replacement since would make the lengths differ.
+    return {"prepared": [None, *records]} if len(records) == stored else {}
+
+
 async def store_compaction(rt: Runtime, session_id: str, watermark: int, result: CompressionResult, reason: str,
                            engine: ContextEngine) -> SessionRecord | None:
     """Write ``result``, computed from the active set read at ``watermark``, as the session's new active set with
@@ -141,8 +154,9 @@ async def compress_session(
         if held is not None and getattr(engine, "accepts_token_counts", False) else {}
     await before_compaction(engine, memory, framed, force=force, notices=notices, **counts)
     engine.number_messages(live.first_seq)
+    prepared = await stored_preparations(sessions.rt, engine, live.id, live.watermark, len(live.messages))
     result = await compress_with_progress(engine, framed, notices=notices, current_tokens=tokens, focus_topic=focus,
-                                          force=force, **counts)
+                                          force=force, **counts, **prepared)
     if result.aborted:
         await emit_notice(notices, aborted_notice(result.reason))
         await emit_event(events, AgentEvent(EVENT_COMPRESS_ABORTED, live.id, {"reason": reason}))

@@ -30,7 +30,15 @@ from gateway.conversation.recall import recall_tool
 from gateway.conversation.rerank import meaning_rerank
 from gateway.intake.keys import SessionKey
 from gateway.runtime import Runtime
-from gateway.store import CompactionInfo, EngineState, Handling, PinRecord, SessionRecord
+from gateway.store import (
+    CompactionInfo,
+    EngineState,
+    Handling,
+    PinRecord,
+    PreparedRecord,
+    SessionRecord,
+    payload_of,
+)
 
 __all__ = ["END_IDLE", "END_NEW", "LiveSession", "SessionManager"]
 
@@ -64,6 +72,9 @@ class LiveSession:
     models: ChatFailover | None = None
     # How many of the newest ``messages`` were stored since the engine was last handed them.
     unseen: int = 0
+    # What the engine prepared for them then, to keep with their rows in the session's next append (no write
+    # of its own): (session id, records).
+    prepared: tuple[str, list[PreparedRecord]] | None = None
 
     @property
     def id(self) -> str:
@@ -91,10 +102,22 @@ class LiveSession:
 
     def hand_stored_to_engine(self) -> None:
         """Give the engine the messages stored since the last call (`ContextEngine.on_messages_stored`); for
-        after the answer was sent."""
+        after the answer was sent. What it prepared for them waits for `take_prepared`."""
         if self.unseen > 0:
             fresh, self.unseen = self.messages[-self.unseen:], 0
-            self.engine.on_messages_stored(fresh)
+            first = self.watermark - len(fresh) + 1
+            records = self.engine.on_messages_stored(fresh)
+            kept = [PreparedRecord(first + i, payload_of(message), record)
+                    for i, (message, record) in enumerate(zip(fresh, records, strict=True)) if record is not None]
+            if kept:
+                earlier = self.prepared[1] if self.prepared is not None and self.prepared[0] == self.id else []
+                self.prepared = (self.id, [*earlier, *kept])
+
+    def take_prepared(self) -> list[PreparedRecord]:
+        """What the engine prepared for this session's stored messages and the store does not keep yet, handed
+        over once (records made while the conversation was in another session are dropped)."""
+        pending, self.prepared = self.prepared, None
+        return pending[1] if pending is not None and pending[0] == self.id else []
 
     @property
     def last_compaction(self) -> CompactionInfo | None:

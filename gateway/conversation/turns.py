@@ -261,7 +261,8 @@ async def _append(sessions: SessionManager, live: LiveSession, new: list[dict[st
     counts = [rt.counter.count_message(m) for m in new]
     try:
         last = await rt.store.messages.append(live.id, new, counts, engine_state=state,
-                                              state_watermark=live.watermark, handled=handled)
+                                              state_watermark=live.watermark, handled=handled,
+                                              prepared=live.take_prepared())
     except SessionEnded:
         ended = live.id
         await follow_stored(sessions, live)

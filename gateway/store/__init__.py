@@ -4,7 +4,7 @@ delivery ledger and the inbox.
 The public surface is re-exported here; everything else in the package is an implementation detail.
 """
 
-from gateway.store._rows import message_text
+from gateway.store._rows import message_text, payload_of
 from gateway.store.errors import (
     AlreadyStored,
     CompactionNotFound,
@@ -31,6 +31,7 @@ from gateway.store.records import (
     MessageRecord,
     NewAnswer,
     PinRecord,
+    PreparedRecord,
     Progress,
     SearchHit,
     SessionRecord,
@@ -55,6 +56,7 @@ __all__ = [
     "NewAnswer",
     "PinRecord",
     "PinsFull",
+    "PreparedRecord",
     "Progress",
     "SearchHit",
     "SessionEnded",
@@ -67,5 +69,6 @@ __all__ = [
     "current_revision",
     "downgrade_database",
     "message_text",
+    "payload_of",
     "upgrade_database",
 ]

@@ -43,6 +43,11 @@ def check_batch(messages: Sequence[Mapping[str, Any]], token_counts: Sequence[in
         raise ValueError("token counts must be >= 0")
 
 
+def payload_of(message: Mapping[str, Any]) -> str:
+    """A message as its row's payload."""
+    return json.dumps(message, ensure_ascii=False)
+
+
 def decode(payload: str) -> Message:
     """A stored payload back into a fresh message dict."""
     return json.loads(payload)
@@ -60,6 +65,7 @@ class StoredRow:
     compacted: bool
     origin: str | None = None
     author: str | None = None
+    prepared: str | None = None
 
 
 def message_text(message: Mapping[str, Any]) -> str:
@@ -77,7 +83,7 @@ def encoded_rows(messages: Sequence[Mapping[str, Any]], token_counts: Sequence[i
                  at: datetime) -> list[StoredRow]:
     """New messages as rows, with their search text (`message_text`)."""
     return [
-        StoredRow(role=str(m["role"]), payload=json.dumps(m, ensure_ascii=False), search_text=message_text(m),
+        StoredRow(role=str(m["role"]), payload=payload_of(m), search_text=message_text(m),
                   tokens=int(t), created_at=at, compacted=False, **origin_columns(m))
         for m, t in zip(messages, token_counts, strict=True)
     ]
@@ -90,7 +96,7 @@ def message_values(session_id: str, first_seq: int, rows: Sequence[StoredRow], *
         {"session_id": session_id, "seq": first_seq + i, "role": r.role, "payload": r.payload,
          "search_text": r.search_text, "tokens": r.tokens, "created_at": r.created_at, "active": True,
          "archived_at": None, "archived_by": None, "compacted": r.compacted if compacted is None else compacted,
-         "origin": r.origin, "author": r.author}
+         "origin": r.origin, "author": r.author, "prepared": r.prepared}
         for i, r in enumerate(rows)
     ]
 
@@ -104,7 +110,8 @@ async def insert_rows(conn: AsyncConnection, session_id: str, first_seq: int, ro
 
 # The columns a row is copied with (`stored`).
 STORED_COLUMNS = (MessageRow.seq, MessageRow.role, MessageRow.payload, MessageRow.search_text, MessageRow.tokens,
-                  MessageRow.created_at, MessageRow.compacted, MessageRow.origin, MessageRow.author)
+                  MessageRow.created_at, MessageRow.compacted, MessageRow.origin, MessageRow.author,
+                  MessageRow.prepared)
 
 
 def active_rows_query(session_id: str) -> Select[Any]:
@@ -122,7 +129,8 @@ async def active_rows(conn: AsyncConnection, session_id: str) -> list[Row[Any]]:
 def stored(row: Row[Any]) -> StoredRow:
     """A selected message row as a copyable `StoredRow`."""
     return StoredRow(role=row.role, payload=row.payload, search_text=row.search_text, tokens=row.tokens,
-                     created_at=row.created_at, compacted=row.compacted, origin=row.origin, author=row.author)
+                     created_at=row.created_at, compacted=row.compacted, origin=row.origin, author=row.author,
+                     prepared=row.prepared)
 
 
 async def archive_active(conn: AsyncConnection, session_id: str, number: int, at: datetime) -> None:

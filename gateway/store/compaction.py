@@ -86,6 +86,16 @@ async def _later_turns(conn: AsyncConnection, session_id: str, number: int) -> l
     return [r for r in rows if not any(r.seq in span for span in copies)]
 
 
+def _keeping_preparations(new_rows: list[StoredRow], before: Sequence[Row[Any]]) -> list[StoredRow]:
+    """``new_rows``, each that holds a message of ``before`` (a compaction's verbatim tail, a rebuilt set)
+    keeping what the context engine prepared for that message, so it is not prepared again after a restart."""
+    kept = {r.payload: r.prepared for r in before if r.prepared is not None}
+    if not kept:
+        return new_rows
+    return [dataclasses.replace(r, prepared=kept[r.payload]) if r.prepared is None and r.payload in kept else r
+            for r in new_rows]
+
+
 async def replace_set(conn: AsyncConnection, session: Row[Any], new_rows: list[StoredRow], *, reason: str,
                       watermark: int, engine_state: EngineState | None, record_info: bool = True) -> int:
     """Inside a write transaction holding ``session``'s row: archive its active set as replacement N and make
@@ -94,7 +104,7 @@ async def replace_set(conn: AsyncConnection, session: Row[Any], new_rows: list[S
     replacement that compacted nothing)."""
     before = await active_rows(conn, session.id)
     carried = [stored(r) for r in before if r.seq > watermark]
-    after = new_rows + carried
+    after = _keeping_preparations(new_rows, before) + carried
     number = session.compactions + 1
     at = utcnow()
     await archive_active(conn, session.id, number, at)
@@ -183,7 +193,7 @@ class CompactionRepository:
             if watermark_seq is not None:
                 _check_watermark(parent, watermark_seq)
                 carried = [stored(r) for r in before if r.seq > watermark_seq]
-            after = new_rows + carried
+            after = _keeping_preparations(new_rows, before) + carried
             state = engine_state if engine_state is not None else session_record(parent).engine
             info = _info("rotation", before, after, None, engine_state)
             await conn.execute(update(SessionRow).where(SessionRow.id == session_id)

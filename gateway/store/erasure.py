@@ -29,7 +29,15 @@ from sqlalchemy import Select, delete, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agent.compression.summary import SUMMARY_PREFIX
-from gateway.store._rows import active_rows, lock_session, message_text, session_record, stored, utcnow
+from gateway.store._rows import (
+    active_rows,
+    lock_session,
+    message_text,
+    payload_of,
+    session_record,
+    stored,
+    utcnow,
+)
 from gateway.store.compaction import replace_set
 from gateway.store.database import read, write
 from gateway.store.models import ACTIVE_ROW, ChatSettingRow, DeliveryRow, InboxRow, MessageRow, SessionRow
@@ -250,8 +258,8 @@ class ErasureRepository:
                     await conn.exec_driver_sql(f"INSERT INTO {table}({table}, rank) VALUES('secure-delete', 1)")
             for rewrite in erasure.rows:
                 owner = await conn.execute(update(MessageRow).where(MessageRow.id == rewrite.id).values(
-                    payload=json.dumps(rewrite.message, ensure_ascii=False),
-                    search_text=message_text(rewrite.message), tokens=rewrite.tokens)
+                    payload=payload_of(rewrite.message),
+                    search_text=message_text(rewrite.message), tokens=rewrite.tokens, prepared=None)
                     .returning(MessageRow.session_id))
                 for (session_id,) in owner:
                     rewritten.setdefault(session_id, set()).add(rewrite.id)

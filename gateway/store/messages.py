@@ -10,7 +10,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.store._rows import (
     RECORD_COLUMNS,
-    active_rows_query,
     check_batch,
     decode,
     encoded_rows,
@@ -23,7 +22,7 @@ from gateway.store.database import read, run_read, run_write
 from gateway.store.errors import SessionEnded, SessionNotFound
 from gateway.store.inbox import advance, settle, settle_lines
 from gateway.store.models import ACTIVE_ROW, MessageRow, SessionRow
-from gateway.store.records import ActiveSet, EngineState, Handled, MessageRecord, Progress
+from gateway.store.records import ActiveSet, EngineState, Handled, MessageRecord, PreparedRecord, Progress
 
 __all__ = ["MessageRepository"]
 
@@ -60,6 +59,17 @@ _STATE_IF_CURRENT = (update(SessionRow)
                             SessionRow.generation_seq <= bindparam("watermark"))
                      .values(_state_binds()))
 _INSERT_MESSAGES = insert(MessageRow)
+_ACTIVE_MESSAGES = (select(MessageRow.payload, MessageRow.tokens)
+                    .where(MessageRow.session_id == bindparam("owner"), ACTIVE_ROW).order_by(MessageRow.seq))
+_ACTIVE_PREPARED = (select(MessageRow.prepared)
+                    .where(MessageRow.session_id == bindparam("owner"), ACTIVE_ROW,
+                           MessageRow.seq <= bindparam("watermark"))
+                    .order_by(MessageRow.seq))
+# A prepared record is kept only with the message it was made from (an erasure may have rewritten the row since).
+_KEEP_PREPARED = (update(MessageRow)
+                  .where(MessageRow.session_id == bindparam("owner"), MessageRow.seq == bindparam("number"),
+                         MessageRow.payload == bindparam("made_from"))
+                  .values(prepared=bindparam("record")))
 
 
 def _closed(conn: Connection, session_id: str) -> NoReturn:
@@ -79,7 +89,7 @@ class MessageRepository:
     async def append(self, session_id: str, messages: Sequence[Mapping[str, Any]],
                      token_counts: Sequence[int], *, engine_state: EngineState | None = None,
                      state_watermark: int | None = None, handled: Handled | None = None,
-                     progress: Progress | None = None) -> int:
+                     progress: Progress | None = None, prepared: Sequence[PreparedRecord] = ()) -> int:
         """Append messages (with their exact token counts) to the active set; return the last sequence.
 
         The counter update comes first: it takes the session's row lock, so appends and compactions of one
@@ -89,7 +99,8 @@ class MessageRepository:
         process's compaction then wrote the state that goes with its summary; an older one must not replace it).
         ``handled`` (a turn's inbound message and its answer) is settled in the same transaction, and so is
         ``progress`` (the turn's messages stored ahead of its end); either raises `AlreadyStored` when an
-        earlier attempt stored it, and then nothing is appended.
+        earlier attempt stored it, and then nothing is appended. ``prepared`` (what the context engine prepared
+        for messages stored earlier) is kept with those rows in the same transaction: no write of its own.
         """
         check_batch(messages, token_counts)
         at = utcnow()
@@ -111,6 +122,9 @@ class MessageRepository:
                 settle(conn, handled, at)
             if progress is not None:
                 advance(conn, progress, at)
+            if prepared:
+                conn.execute(_KEEP_PREPARED, [{"owner": session_id, "number": p.seq, "made_from": p.payload,
+                                               "record": p.record} for p in prepared])
             return int(last)
 
         return await run_write(self._engine, transaction)
@@ -146,13 +160,20 @@ class MessageRepository:
 
         def transaction(conn: Connection) -> tuple[int | None, list[Any]]:
             watermark = conn.execute(select(SessionRow.last_seq).where(SessionRow.id == session_id)).scalar_one_or_none()
-            return watermark, [] if watermark is None else list(conn.execute(active_rows_query(session_id)))
+            return watermark, [] if watermark is None else list(conn.execute(_ACTIVE_MESSAGES, {"owner": session_id}))
 
         watermark, rows = await run_read(self._engine, transaction)
         if watermark is None:
             raise SessionNotFound(session_id)
         return ActiveSet(session_id=session_id, messages=[decode(r.payload) for r in rows],
                          token_counts=[r.tokens for r in rows], watermark=int(watermark))
+
+    async def prepared_of_active(self, session_id: str, watermark: int) -> list[str | None]:
+        """What the context engine prepared for each active message up to sequence ``watermark`` (an
+        `ActiveSet`'s), in order; None for a message nothing was kept for."""
+        async with read(self._engine) as conn:
+            return list((await conn.execute(_ACTIVE_PREPARED, {"owner": session_id, "watermark": watermark}))
+                        .scalars())
 
     async def count_active(self, session_id: str) -> int:
         """Number of active messages (from the session's counter)."""

@@ -117,6 +117,9 @@ class MessageRow(Base):
     ``origin`` is the key of the platform message the row holds (`gateway.intake.inbox.message_key`; copies made by
     compactions and rotations keep it) and ``author`` who wrote it (``platform:user id``); both are NULL for
     what no platform message became (the bot's answers, tool calls, summaries).
+
+    ``prepared`` is what the context engine prepared for the row's message once it was stored (`PreparedRecord`),
+    handed back to it after a restart; NULL until then, and again when the row's text is erased.
     """
 
     __tablename__ = "messages"
@@ -135,6 +138,7 @@ class MessageRow(Base):
     compacted: Mapped[bool] = mapped_column(Boolean, default=False)
     origin: Mapped[str | None] = mapped_column(String(1024))
     author: Mapped[str | None] = mapped_column(String(160))
+    prepared: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (
         UniqueConstraint("session_id", "seq", name="uq_messages_session_seq"),

@@ -176,6 +176,17 @@ class ActiveSet:
 
 
 @dataclass(frozen=True, slots=True)
+class PreparedRecord:
+    """What the context engine prepared for message ``seq`` of a session once it was stored (``record``, the
+    engine's own text), to keep with the row — only while the row still holds ``payload``, the stored message
+    it was made from: an erasure that rewrote the row meanwhile wins."""
+
+    seq: int
+    payload: str
+    record: str
+
+
+@dataclass(frozen=True, slots=True)
 class MessageRecord:
     """A stored message with its bookkeeping (for export and inspection)."""
 

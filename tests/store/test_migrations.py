@@ -97,6 +97,7 @@ async def test_named_messages_stored_before_0009_are_searched_by_name_after_it(s
     await downgrade_database(store_url, "0008_message_origins")
     async with await Store.open(store_url, migrate=False) as store:
         assert [r.search_text for r in await _texts(store)][:4] == [storable_text(plain_text(m)) for m in rows]
+    await upgrade_database(store_url)  # PostgreSQL's database is shared by the tests that follow
 
 
 async def _texts(store: Store) -> list[Any]:
