@@ -7,6 +7,7 @@ let tiktoken's own sha256 check guard them (R-T1).
 
 from __future__ import annotations
 
+import base64
 import gzip
 import hashlib
 import importlib.util
@@ -32,6 +33,7 @@ __all__ = [
     "estimate_messages_tokens_rough",
     "estimate_request_tokens_rough",
     "get_counter",
+    "key_digest",
     "message_text",
     "prime_tiktoken_cache",
     "text_key",
@@ -130,6 +132,15 @@ def text_key(text: str) -> str | bytes:
     if len(text) <= INLINE_KEY_CHARS:
         return text
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+def key_digest(key: tuple[Any, ...], size: int = 16) -> str:
+    """A stable name of a cache key made of texts, `text_key` digests, numbers, booleans, None and tuples of them
+    (their ``repr`` is the same in every process and tells any two apart): its BLAKE2b digest of ``size`` bytes
+    (128 bits by default) in URL-safe base64, for what a cache keeps outside the process
+    (`agent.compression.prepared`)."""
+    digest = hashlib.blake2b(repr(key).encode("utf-8", "surrogatepass"), digest_size=size).digest()
+    return base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=")
 
 
 def count_key(message: Mapping[str, Any]) -> tuple[Any, ...]:

@@ -35,15 +35,14 @@ from typing import Any
 
 from agent.compression.accounting import assemble_counted, helped, input_counts, kept_counts, middle_ledger
 from agent.compression.assemble import sanitize_tool_pairs, strip_historical_media
-from agent.compression.blocks import remember_blocks
 from agent.compression.boundaries import Boundaries
 from agent.compression.clip import ClipResult
 from agent.compression.compressor_window import CompressorWindow
 from agent.compression.engine import CompressionResult, ContextEngine
-from agent.compression.evidence import remember_facts
 from agent.compression.fallback import build_static_summary
 from agent.compression.feasibility import SummaryModelTooSmall
 from agent.compression.plan import CompactionPlan, select_plan
+from agent.compression.prepared import adopt_records, prepare_records
 from agent.compression.prune import PruneResult
 from agent.compression.shorten import shorten_summary
 from agent.compression.state import CompressorState
@@ -68,6 +67,7 @@ class ContextCompressor(CompressorStateView, CompressorWindow, ContextEngine):
     """Lossy compression into protected head + structured summary + verbatim tail."""
 
     accepts_token_counts = True
+    accepts_prepared = True
     accepts_ahead_of_need = True
 
     def __init__(
@@ -184,12 +184,12 @@ class ContextCompressor(CompressorStateView, CompressorWindow, ContextEngine):
         """Message numbers for the ledger: the first non-system message is ``first_seq`` (default 1)."""
         self._first_seq = first_seq
 
-    def on_messages_stored(self, messages: Sequence[Mapping[str, Any]]) -> None:
+    def on_messages_stored(self, messages: Sequence[Mapping[str, Any]]) -> list[str | None]:
         """Find the evidence facts of ``messages`` (and count their texts) and their blocks of the summary prompt
         now, so that the compaction that summarizes them only assembles them (neither ever changes; both are
-        kept in bounded in-process caches)."""
-        remember_facts(messages, self._counter)
-        remember_blocks(messages, self._counter)
+        kept in bounded in-process caches). Returns each message's prepared record (`prepare_records`): kept
+        with the message and handed back to ``compress(prepared=…)`` after a restart, it puts them back."""
+        return prepare_records(messages, self._counter)
 
     def record_ineffective(self) -> None:
         """Count a compression that did not help although it saved tokens (overflow recovery whose retry
@@ -262,6 +262,7 @@ class ContextCompressor(CompressorStateView, CompressorWindow, ContextEngine):
         force: bool = False,
         token_counts: Sequence[int] | None = None,
         ahead_of_need: bool = False,
+        prepared: Sequence[str | None] | None = None,
     ) -> CompressionResult:
         """Compress ``messages`` once; the input is never mutated.
 
@@ -272,9 +273,13 @@ class ContextCompressor(CompressorStateView, CompressorWindow, ContextEngine):
         counted once, and that one list serves planning, the summary budget and the totals.
         The result's ``token_counts`` are those of its messages. ``ahead_of_need``: a compaction started below the
         threshold while nobody waits; it cuts as the threshold's would, so the next one is as far away
-        (`agent.compression.plan`).
+        (`agent.compression.plan`). ``prepared``: one record per message, as `on_messages_stored` returned it when
+        the message was stored (the store keeps them), handed back after a restart: what a valid record holds is
+        not computed again (`agent.compression.prepared`); records that are not one per message are ignored.
         """
         original: Messages = [m if isinstance(m, dict) else dict(m) for m in messages]
+        if prepared is not None:
+            adopt_records(original, prepared, self._counter)
         self._rehydrate(original)
         counts = input_counts(original, token_counts, self._counter)
         tokens_before = sum(counts)

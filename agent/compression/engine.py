@@ -72,6 +72,9 @@ class ContextEngine(ABC):
     # which callers holding them pass so that nothing is re-tokenized); engines written before it existed
     # leave it False and are never passed any.
     accepts_token_counts: bool = False
+    # True when ``compress`` takes ``prepared=`` (one record per message, as ``on_messages_stored`` returned it
+    # when the message was stored), which a caller that kept them hands back after a restart.
+    accepts_prepared: bool = False
     # True when ``compress`` takes ``ahead_of_need=True``: a compaction started below the threshold, while nobody
     # waits, which the engine may make cut as one at the threshold would (the next is then as far away).
     accepts_ahead_of_need: bool = False
@@ -124,9 +127,13 @@ class ContextEngine(ABC):
         (the rest follow one by one), so a summary can cite the numbers ``read_history`` opens.
         Engines that cite nothing ignore it."""
 
-    def on_messages_stored(self, messages: Sequence[Mapping[str, Any]]) -> None:  # noqa: B027
+    def on_messages_stored(self, messages: Sequence[Mapping[str, Any]]) -> list[str | None]:
         """``messages`` were just stored (a turn's, with its tool calls' results), off the answer's path: an
-        engine may do now what a later compaction would otherwise do for them. Default: nothing."""
+        engine may do now what a later compaction would otherwise do for them. Returns one text or None per
+        message: what the caller may store with the message and hand back to ``compress(prepared=…)`` after a
+        restart, where the engine `accepts_prepared`, so that what was done now need not be done again.
+        Default: nothing done, nothing to keep."""
+        return [None] * len(messages)
 
     def tools(self) -> list[dict[str, Any]]:
         """Tool schemas (OpenAI function format) this engine offers the agent."""

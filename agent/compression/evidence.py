@@ -12,8 +12,9 @@ in a text.
 A message's facts do not change, so they are found once: a bounded in-process cache keeps them per message,
 keyed like the token counts (the text itself, or its digest past 512 characters) plus the results of its
 tool calls (a command's exit status comes from its result). `remember_facts` fills it when messages are
-stored, so a compaction, a hygiene pass or ``/compress`` later only assembles them; after a restart the
-first compaction finds them again, in one pass per text.
+stored, so a compaction, a hygiene pass or ``/compress`` later only assembles them. After a restart they are
+put back from the records the caller stored with the messages (`agent.compression.prepared`, `adopt_facts`);
+what no record holds the first compaction finds again, in one pass per text.
 """
 
 from __future__ import annotations
@@ -37,16 +38,19 @@ from agent.compression.messages import Message, content_text, tool_calls_of
 from agent.compression.redact import redact_secrets
 from agent.compression.summary import is_summary_text
 from agent.lru import LruCache
-from agent.tokens import INLINE_KEY_CHARS, TokenCounter, text_key
+from agent.tokens import INLINE_KEY_CHARS, TokenCounter, key_digest, text_key
 
 __all__ = [
     "FACT_KINDS",
     "Fact",
+    "MessageFacts",
+    "adopt_facts",
     "clear_fact_cache",
     "extract_constraints",
     "extract_facts",
     "fact_tokens",
     "facts_of_message",
+    "gates_in_one_pass",
     "remember_facts",
 ]
 
@@ -154,7 +158,7 @@ def _accept(pairs: Iterable[tuple[str, str]], earlier: Sequence[tuple[str, str]]
 
 
 @dataclass(slots=True)
-class _MessageFacts:
+class MessageFacts:
     """What one message yields: its calls' facts, rules and errors (``first``), then the paths of its text
     (``paths``), then its URLs, ids and numbers (``values``) — each None until something asked for it —, and the
     gates found in its text, so that the later scans need no second pass."""
@@ -172,9 +176,27 @@ class _MessageFacts:
         return found if stage == "path" else found + (self.values or ())
 
 
-_CACHE: LruCache[tuple[Any, ...], _MessageFacts] = LruCache(_CACHE_SIZE)
+_CACHE: LruCache[tuple[Any, ...], MessageFacts] = LruCache(_CACHE_SIZE)
 # A handoff summary or a system prompt: no facts.
-_NOTHING = _MessageFacts((), (), (), frozenset())
+_NOTHING = MessageFacts((), (), (), frozenset())
+
+
+# Facts adopted from prepared records (`agent.compression.prepared`), by the `key_digest` of the key they were
+# found under, with their texts' token counts and the encoding of those: a message whose key has that digest takes
+# them when it is first looked up, so only the messages a compaction reads are checked (their keys digested).
+_ADOPTED: LruCache[str, tuple[MessageFacts, Mapping[str, int], str]] = LruCache(_CACHE_SIZE)
+
+
+def _adopted(key: tuple[Any, ...]) -> MessageFacts | None:
+    found = _ADOPTED.get(key_digest(key)) if len(_ADOPTED) else None
+    if found is None:
+        return None
+    facts, tokens, encoding = found
+    cache = _tokens_cache(encoding)
+    for text, count in tokens.items():
+        cache.put(text, count)
+    _CACHE.put(key, facts)
+    return facts
 
 
 # Per encoding, per fact text: the tokens of " " + text, what the text adds to its ledger line. (Keyed by the
@@ -183,19 +205,23 @@ _TOKENS: dict[str, LruCache[str, int]] = {}
 
 
 def clear_fact_cache() -> None:
-    """Forget every message's facts and their token counts (what a restarted process knows)."""
+    """Forget every message's facts, adopted ones too, and their token counts (what a restarted process knows)."""
     _CACHE.clear()
+    _ADOPTED.clear()
     for cache in list(_TOKENS.values()):
         cache.clear()
+
+
+def _tokens_cache(encoding: str) -> LruCache[str, int]:
+    cache = _TOKENS.get(encoding)
+    return _TOKENS.setdefault(encoding, LruCache(_TOKENS_CACHE_SIZE)) if cache is None else cache
 
 
 def fact_tokens(text: str, counter: TokenCounter) -> int:
     """The tokens a fact's ``text`` adds to its ledger line, after the label: those of ``" " + text`` (a line
     ``- #57 path: a.py`` counts as ``- #57 path:`` and `` a.py`` together, see `agent.compression.ledger`), kept
     per encoding like the facts themselves."""
-    cache = _TOKENS.get(counter.encoding_name)
-    if cache is None:
-        cache = _TOKENS.setdefault(counter.encoding_name, LruCache(_TOKENS_CACHE_SIZE))
+    cache = _tokens_cache(counter.encoding_name)
     tokens = cache.get(text)
     if tokens is None:
         tokens = counter.count_text(" " + text)
@@ -239,7 +265,7 @@ class _Batch:
                 tuple((self._arguments_key(call), self._result_key(call)) for call in calls) if calls else ())
 
     def entry(self, message: Message, text: str, *, stage: str, key: tuple[Any, ...] | None = None,
-              known: _MessageFacts | None = None) -> _MessageFacts:
+              known: MessageFacts | None = None) -> MessageFacts:
         """What ``message`` (whose `content_text` is ``text``) yields, its `STAGES` up to ``stage`` filled in, from
         the cache where it has them; ``key``: its `key`, and ``known``: what the caller found under it already
         (None: look)."""
@@ -247,7 +273,7 @@ class _Batch:
         entry = known
         if entry is None:
             key = self.key(message, text) if key is None else key
-            entry = _CACHE.get(key)
+            entry = _CACHE.get(key) or _adopted(key)
         if entry is None:
             calls = tool_calls_of(message) if role == "assistant" else ()
             if role == "system" or is_summary_text(text):
@@ -259,7 +285,7 @@ class _Batch:
             for call in calls:
                 pairs.extend(_call_facts(call, self.results.get(str(call.get("id")))))
             pairs.extend(_text_facts(scanned, user, "first", present))
-            entry = _MessageFacts(_accept(pairs, (), self.redacted), None, None, present)
+            entry = MessageFacts(_accept(pairs, (), self.redacted), None, None, present)
             _CACHE.put(key, entry)
         # Facts of calls, rules and errors come first and take their places in the per-kind caps, then paths.
         if stage != "first" and entry.paths is None:
@@ -289,18 +315,38 @@ def facts_of_message(message: Message, seq: int, results: Mapping[str, str] | No
     return [Fact(kind, text, seq) for kind, text in _Batch(results).facts(message, stage=stage)]
 
 
-def remember_facts(messages: Sequence[Message], counter: TokenCounter | None = None) -> None:
+def remember_facts(messages: Sequence[Message],
+                   counter: TokenCounter | None = None) -> list[tuple[tuple[Any, ...], MessageFacts]]:
     """Find and keep the facts of ``messages`` (every kind), so a later compaction only assembles them; with
     ``counter``, their texts' token counts too (`fact_tokens`), so it prices their ledger lines without
-    tokenizing them.
+    tokenizing them. Returns each message's cache key and facts (every stage filled in).
 
     For a caller that stores messages as they come (the gateway, after a turn); a tool call's result is
     looked up among ``messages``, so pass a call with its results."""
     batch = _Batch(_results_of(messages))
+    found = []
     for message in messages:
-        for _, text in batch.facts(message, stage=STAGES[-1]):
-            if counter is not None:
-                fact_tokens(text, counter)
+        text = content_text(message)
+        key = batch.key(message, text)
+        entry = batch.entry(message, text, stage=STAGES[-1], key=key)
+        if counter is not None:
+            for _, fact in entry.upto(STAGES[-1]):
+                fact_tokens(fact, counter)
+        found.append((key, entry))
+    return found
+
+
+def adopt_facts(digest: str, facts: MessageFacts, tokens: Mapping[str, int], encoding: str) -> None:
+    """Keep facts adopted from a prepared record: ``facts`` (every stage filled in) are those of the message whose
+    cache key has the `key_digest` ``digest``, and ``tokens`` their texts' `fact_tokens` under ``encoding``
+    (taken when the message is first looked up, see `_ADOPTED`)."""
+    _ADOPTED.put(digest, (facts, tokens, encoding))
+
+
+def gates_in_one_pass() -> bool:
+    """Whether this process finds the finders' gates in one pass (Hyperscan): a message's `MessageFacts.present`
+    depends on it (without the pass every finder counts as present)."""
+    return _GATES.active
 
 
 def extract_facts(messages: Sequence[Message], number: Callable[[int], int], *,

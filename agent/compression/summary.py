@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from agent.compression.messages import Message, content_text, has_image, tool_calls_of
@@ -29,6 +29,7 @@ __all__ = [
     "format_summary",
     "is_summary_text",
     "serialize_message",
+    "serialize_unredacted",
     "strip_summary",
     "summary_body",
 ]
@@ -75,14 +76,14 @@ class EmptySummary(ValueError):
     """The summary model returned no usable text (empty, whitespace, or only reasoning)."""
 
 
-def _clip_middle(text: str) -> str:
+def _clip_middle(text: str, redact: Callable[[str], str]) -> str:
     if len(text) <= _PER_MESSAGE_HEAD + _PER_MESSAGE_TAIL:
         return text
     omitted = len(text) - _PER_MESSAGE_HEAD - _PER_MESSAGE_TAIL
     # Both ends are redacted with some text beyond the cut before they are cut: half a secret no longer has
     # the shape that gives it away.
-    head = redact_secrets(text[: _PER_MESSAGE_HEAD + _CUT_MARGIN])[:_PER_MESSAGE_HEAD]
-    tail = redact_secrets(text[-(_PER_MESSAGE_TAIL + _CUT_MARGIN) :])[-_PER_MESSAGE_TAIL:]
+    head = redact(text[: _PER_MESSAGE_HEAD + _CUT_MARGIN])[:_PER_MESSAGE_HEAD]
+    tail = redact(text[-(_PER_MESSAGE_TAIL + _CUT_MARGIN) :])[-_PER_MESSAGE_TAIL:]
     return f"{head}\n…[{omitted:,} chars omitted]…\n{tail}"
 
 
@@ -94,22 +95,38 @@ def strip_summary(text: str) -> str:
     return text[end + len(SUMMARY_END_MARKER) :].strip() if end >= 0 else ""
 
 
-def serialize_message(message: Message) -> str:
-    """One message as redacted plain text for the summary model (an old handoff summary is left out:
-    it travels separately as the PREVIOUS SUMMARY)."""
+def _serialized(message: Message, redact_cuts: Callable[[str], str]) -> str:
+    """``message`` as the summary model reads it before the whole is redacted; ``redact_cuts`` redacts the
+    ends of a text or arguments cut to their head and tail."""
     role = str(message.get("role") or "unknown").upper()
     name = message.get("name")
     header = f"[{role}{': ' + str(name) if name else ''}]"
     text = content_text(message)
     if is_summary_text(text):
         text = "[earlier handoff summary — see PREVIOUS SUMMARY] " + strip_summary(text)
-    parts = [_clip_middle(text)] if text else []
+    parts = [_clip_middle(text, redact_cuts)] if text else []
     if has_image(message):
         parts.append("[image attached]")
     for call in tool_calls_of(message):
         fn = call.get("function") or {}
-        parts.append(f"→ call {fn.get('name', '?')}({_clip_middle(str(fn.get('arguments') or ''))})")
-    return redact_secrets(f"{header} " + "\n".join(parts))
+        parts.append(f"→ call {fn.get('name', '?')}({_clip_middle(str(fn.get('arguments') or ''), redact_cuts)})")
+    return f"{header} " + "\n".join(parts)
+
+
+def serialize_message(message: Message) -> str:
+    """One message as redacted plain text for the summary model (an old handoff summary is left out:
+    it travels separately as the PREVIOUS SUMMARY)."""
+    return redact_secrets(_serialized(message, redact_secrets))
+
+
+def serialize_unredacted(message: Message) -> str:
+    """`serialize_message` of ``message`` with nothing redacted (nor the ends of what is cut): what it gives
+    wherever redaction changes nothing, and costs no redaction to rebuild (`agent.compression.prepared`)."""
+    return _serialized(message, _as_is)
+
+
+def _as_is(text: str) -> str:
+    return text
 
 
 # The template for group chats, where the "task" is the conversation itself: who said and decided what.

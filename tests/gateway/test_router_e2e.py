@@ -163,9 +163,9 @@ async def test_a_turns_stored_messages_get_their_facts_after_the_answer_is_sent(
     handed: list[tuple[int, list[str]]] = []
     original = ContextCompressor.on_messages_stored
 
-    def spy(self: ContextCompressor, messages) -> None:
+    def spy(self: ContextCompressor, messages) -> list[str | None]:
         handed.append((len(adapter.sent), [m["content"] for m in messages]))
-        original(self, messages)
+        return original(self, messages)
 
     monkeypatch.setattr(ContextCompressor, "on_messages_stored", spy)
     evidence.clear_fact_cache()

@@ -1,0 +1,201 @@
+"""Prepared records: what the engine prepared for a message when it was stored, as one compact text that the
+caller keeps with the message and hands back after a restart.
+
+A live process prepares each stored message once (`ContextCompressor.on_messages_stored`): its evidence facts,
+their texts' token counts and its block of the summary prompt, kept in in-process caches (`evidence`,
+`blocks`). A restart loses them, and finding them again was most of a cold compaction. `prepare_records` turns
+them into one JSON text per message, which the gateway's store keeps with the message's row (as it keeps its
+token count); `adopt_records` puts them back into the caches, so that a compaction after a restart costs about
+what one before it did.
+
+A record is a JSON list: format version, encoding, the digests (`agent.tokens.key_digest`) of the message's
+fact-cache key and of its block key, the finders whose gates occur in its text (bit i: ``SCANNERS[i]``), its
+block's token count, whether the block is its `serialize_unredacted`, then its facts in each of
+`fact_patterns.STAGES` as ``[kind index, text, token count]``: whatever makes the adopted
+`evidence.MessageFacts` equal the computed one. The block's text is not stored but rebuilt from the message:
+where redaction changed nothing (nearly every message) as `serialize_unredacted`, which costs no redaction,
+else as `serialize_message`, which costs the redaction but still no tokenizing (the corpus's 63,008 messages
+have 5 such blocks; storing their texts would make those records as large as the messages, for little time).
+Records take 94 bytes at the corpus's median (its messages' JSON: 109), 293 at its 99th percentile.
+
+What a record says is used only where it is exactly what computing it would give:
+
+* its format version is this process's: a digest of the source of every module of this package,
+  ``agent/tokens.py``, ``agent/lru.py`` and ``agent/jsonlimits.py`` (a call's arguments are parsed with it), of
+  the versions of Python, tiktoken and hyperscan, and of whether the evidence gates are found in one pass (a
+  message's gates depend on it). Computed once, when this module is imported (files replaced under a running
+  process must not lend their version to what the loaded code makes); where a source cannot be read, records
+  are neither made nor adopted. An upgrade invalidates every record, which is only slower;
+* its encoding is the counter's (block and fact counts depend on it);
+* a message takes the facts, or the block, only when the digest of its own key, as the message is now, is the
+  record's. The keys hold everything the facts or the block are made of: role, text, each call's arguments, and
+  for the facts each call's result (looked up among the messages handed over, as `evidence.remember_facts`
+  does). So a record made for another text, other arguments, or a result since changed or erased is never
+  taken, and that message is computed as it would be without records. The facts and the block are checked
+  apart: an erased result voids a call's facts, not its block, which does not show the result.
+
+Adopted records wait in the caches under those digests (`evidence.adopt_facts`, `blocks.adopt_block`) and a
+message takes its own when a compaction first looks it up: checking and rebuilding is paid only for what the
+compaction reads (a long middle's newest blocks), not for every message handed over.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from agent import jsonlimits, lru, tokens
+from agent.compression.blocks import adopt_block, remember_blocks
+from agent.compression.evidence import (
+    FACT_KINDS,
+    MessageFacts,
+    adopt_facts,
+    fact_tokens,
+    gates_in_one_pass,
+    remember_facts,
+)
+from agent.compression.fact_patterns import SCANNERS, STAGES
+from agent.compression.summary import serialize_unredacted
+from agent.tokens import TokenCounter, key_digest
+
+__all__ = ["FORMAT_VERSION", "adopt_records", "prepare_records"]
+
+_KIND_INDEX = {kind: i for i, kind in enumerate(FACT_KINDS)}
+# A record's fields, in order: version, encoding, fact key digest, block key digest, gates, block tokens,
+# unredacted, then the facts of each stage.
+_FIELDS = 7 + len(STAGES)
+_SCANNER_BIT = {scanner.name: 1 << i for i, scanner in enumerate(SCANNERS)}
+
+
+def _distribution(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
+def _format_version() -> str | None:
+    """The digest of what decides a record's content (see the module's docstring); None where a source
+    cannot be read."""
+    package = Path(__file__).parent
+    sources = [(str(path.relative_to(package)), path) for path in sorted(package.rglob("*.py"))]
+    sources += [(f"agent/{Path(str(module.__file__)).name}", Path(str(module.__file__)))
+                for module in (tokens, lru, jsonlimits)]
+    try:
+        code = tuple((name, hashlib.blake2b(path.read_bytes()).digest()) for name, path in sources)
+    except OSError:
+        return None
+    runtime = (sys.version, _distribution("tiktoken"), _distribution("hyperscan"), gates_in_one_pass())
+    # 64 bits tell versions apart (nobody chooses them); the key digests take 128.
+    return key_digest((code, runtime), size=8)
+
+
+# Computed when the code it describes is loaded: files replaced under a running process must not lend their
+# version to records the loaded code makes.
+FORMAT_VERSION = _format_version()
+
+
+def _dumps(data: list[Any]) -> str:
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (a library caller's text): escaped, so a store can take it
+        return json.dumps(data, separators=(",", ":"))
+    return text
+
+
+def prepare_records(messages: Sequence[Mapping[str, Any]], counter: TokenCounter) -> list[str | None]:
+    """Find the facts (all stages), their ledger-text token counts (`fact_tokens`) and the summary blocks of
+    ``messages`` now (`evidence.remember_facts` and `blocks.remember_blocks`, into the same caches), and return,
+    per message, a compact JSON text holding what was found (see the module's docstring), for the caller to
+    store with it and hand back to `adopt_records` later. Every message gets a record (there is always a block
+    and its count), unless this process cannot make records at all (`FORMAT_VERSION` is None): then None each.
+    A tool call's result is looked up among ``messages`` as `evidence.remember_facts` does."""
+    facts = remember_facts(messages, counter)
+    blocks = remember_blocks(messages, counter)
+    if FORMAT_VERSION is None:
+        return [None] * len(messages)
+    records: list[str | None] = []
+    for message, (fact_key, entry), (key, (block, block_tokens)) in zip(messages, facts, blocks, strict=True):
+        stages = [[[_KIND_INDEX[kind], text, fact_tokens(text, counter)] for kind, text in found]
+                  for found in (entry.first, entry.paths or (), entry.values or ())]
+        gates = sum(_SCANNER_BIT[name] for name in entry.present)
+        unredacted = int(serialize_unredacted(message) == block)
+        records.append(_dumps([FORMAT_VERSION, counter.encoding_name, key_digest(fact_key), key_digest(key),
+                               gates, block_tokens, unredacted, *stages]))
+    return records
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _take(record: str, encoding: str) -> bool:
+    """Adopt ``record`` (`evidence.adopt_facts`, `blocks.adopt_block`) when it is a record of this format version
+    and ``encoding``, well formed; whether it was."""
+    try:
+        data = json.loads(record)
+    except (ValueError, RecursionError):  # (a record nested absurdly deep: the parser's recursion ran out)
+        return False
+    if not (isinstance(data, list) and len(data) == _FIELDS and data[0] == FORMAT_VERSION and data[1] == encoding):
+        return False
+    _, _, facts_key, key, gates, block_tokens, unredacted, *stages = data
+    if not (isinstance(facts_key, str) and isinstance(key, str) and _is_count(block_tokens)
+            and _is_count(unredacted) and unredacted <= 1):
+        return False
+    facts = _facts(gates, stages)
+    if facts is None:
+        return False
+    adopt_facts(facts_key, facts[0], facts[1], encoding)
+    adopt_block(key, block_tokens, bool(unredacted))
+    return True
+
+
+def _facts(gates: Any, stages: list[Any]) -> tuple[MessageFacts, dict[str, int]] | None:
+    """The facts a record holds and their texts' token counts (None when malformed)."""
+    if not (_is_count(gates) and gates < 1 << len(SCANNERS)):
+        return None
+    found: list[tuple[tuple[str, str], ...]] = []
+    counts: dict[str, int] = {}
+    for stage in stages:
+        if not isinstance(stage, list):
+            return None
+        pairs = []
+        for item in stage:
+            if not (isinstance(item, list) and len(item) == 3 and _is_count(item[0]) and item[0] < len(FACT_KINDS)
+                    and isinstance(item[1], str) and _is_count(item[2])):
+                return None
+            pairs.append((FACT_KINDS[item[0]], item[1]))
+            counts[item[1]] = item[2]
+        found.append(tuple(pairs))
+    present = frozenset(name for name, bit in _SCANNER_BIT.items() if gates & bit)
+    return MessageFacts(found[0], found[1], found[2], present), counts
+
+
+def adopt_records(messages: Sequence[Mapping[str, Any]], records: Sequence[str | None],
+                  counter: TokenCounter) -> int:
+    """Put into the in-process caches what ``records`` say, one per message of ``messages`` as `prepare_records`
+    made them, for each message to take when a compaction first looks it up, where the record is valid for the
+    message as it is then (see the module's docstring); return how many records were adopted: well formed, of
+    this format version and of ``counter``'s encoding. Never raises on a bad record: one that is malformed, of
+    another format version or another encoding is ignored, and one made for different content (the message
+    text, a call's arguments, or — for an assistant's call — the result its facts came from, changed or erased)
+    is never taken: that message is computed as it would be without records. When ``records`` are not one per
+    message, all of them are ignored."""
+    if len(records) != len(messages) or FORMAT_VERSION is None:
+        return 0
+    encoding = counter.encoding_name
+    # Equal messages (a session repeats itself) have equal records: each is read once.
+    taken: dict[str, bool] = {}
+    adopted = 0
+    for record in records:
+        if isinstance(record, str):
+            took = taken.get(record)
+            if took is None:
+                took = taken[record] = _take(record, encoding)
+            adopted += took
+    return adopted
