@@ -1,0 +1,55 @@
+"""What the engine prepares for each stored message once the answer is sent goes into the store with the
+session's next write (no write of its own), and a compaction after a restart adopts it from there instead of
+finding every fact and tokenizing every block again."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agent.compression import compressor
+from agent.compression.blocks import clear_block_cache
+from agent.compression.evidence import clear_fact_cache
+from agent.tokens import get_counter
+from gateway.conversation.session_commands import MANUAL_REASON
+from tests.fakes.llm_server import FakeLLMServer
+from tests.gateway.conftest import GatewayFactory, answer_by_kind, bulk_session, chatter
+
+# Small enough that /compress has a middle to summarize, the history short of any compaction of its own.
+WINDOW = {"context_length": 8_192}
+TURNS = ("deploy /srv/app/main.py with `make release`", "what did make release print? exit 2 again",
+         "thanks, that is all")
+
+
+async def test_a_compaction_after_a_restart_adopts_what_was_prepared_before_it(
+        gateway_factory: GatewayFactory, fake_llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    answer_by_kind(fake_llm, "make release failed: see /srv/app/build.log (exit status 2)")
+    gateway, adapter = await gateway_factory(llm=WINDOW)
+    session_id = await bulk_session(gateway, "dm:c1", chatter(30, words=40))
+    for line in TURNS:
+        await adapter.say(line)
+    store = gateway.rt.store
+    active = await store.messages.load_active(session_id)
+    kept = [record is not None for record in await store.messages.prepared_of_active(session_id, active.watermark)]
+    # Rows stored around the gateway were never handed to an engine; each turn's records went with the next
+    # turn's write, and the last turn's wait for the next one.
+    assert kept == [False] * 30 + [True] * 4 + [False] * 2
+    await gateway.aclose(grace_seconds=5)
+
+    # A restarted process: nothing prepared or counted in memory.
+    clear_fact_cache()
+    clear_block_cache()
+    get_counter()._cache.clear()
+    adopted: list[int] = []
+    adopt = compressor.adopt_records
+
+    def counted(*args: Any) -> int:
+        adopted.append(adopt(*args))
+        return adopted[-1]
+
+    monkeypatch.setattr(compressor, "adopt_records", counted)
+    restarted, adapter = await gateway_factory(llm=WINDOW)
+    await adapter.say("/compress", user_id="boss")
+    assert adopted == [4]
+    assert [c.reason for c in await restarted.rt.store.compactions.history(session_id)] == [MANUAL_REASON]
