@@ -3,7 +3,8 @@
 Started by `bench.compress` as ``python bench/_compress_worker.py ROOT CASES`` with ROOT — this checkout or
 a temporary worktree of the baseline revision — first on ``sys.path``, so ``agent`` is that revision's. It
 uses only what every revision has (``ContextCompressor``, ``get_counter``, the provider base), plus
-``compress(token_counts=…)`` where the revision declares ``accepts_token_counts``.
+``compress(token_counts=…)`` where the revision declares ``accepts_token_counts`` and ``compress(prepared=…)``
+where it declares ``accepts_prepared``.
 
 Protocol, one JSON object per line: it prints ``{"agent": path}`` once ready, then answers every request
 ``{"case": name, "path": "llm"|"static", "mode": "warm"|"cold"}`` read from stdin with ``{"seconds": …,
@@ -15,8 +16,11 @@ spent in each stage of the pipeline (`STAGES`, timed by wrapping the compressor'
 Warm and cold are what a gateway process holds. Warm: it stored these messages, so it has counted them and
 handed them to the engine's ``on_messages_stored`` where the revision has it (its evidence facts and summary
 blocks prepared; else ``remember_facts`` where the revision has that), untimed, as the gateway does it off
-the answer's path. Cold: it has just restarted: no count, no fact and no block in memory, the store's counts
-handed over.
+the answer's path. Cold: a gateway compressing a session after a restart: no count, no fact and no block in
+memory, and the caller hands over what the store keeps per row — the counts and, where the revision
+``accepts_prepared``, the prepared records. Both are made once per case, untimed: the counts by counting, the
+records by handing the messages to ``on_messages_stored`` in a fresh state (what it returned when they were
+stored), after which the caches are cleared as for any cold compression.
 """
 
 from __future__ import annotations
@@ -59,6 +63,8 @@ STAGES = {
     "assembly": ("agent.compression.compressor:ContextCompressor._assemble",
                  "agent.compression.compressor:assemble_counted"),
     "static summary": ("agent.compression.compressor:ContextCompressor._static_body",),
+    # Reading the prepared records (cold); what the messages then take from them falls in the stages that ask.
+    "prepared records": ("agent.compression.compressor:adopt_records",),
 }
 
 
@@ -143,25 +149,45 @@ def serve(cases_path: str) -> None:
         cases: dict[str, list[tuple[list[dict[str, Any]], int]]] = pickle.load(fh)
     counter = get_counter()
     takes_counts = bool(getattr(ContextCompressor, "accepts_token_counts", False))
+    takes_prepared = bool(getattr(ContextCompressor, "accepts_prepared", False))
     held_counts: dict[str, list[list[int]]] = {}
+    held_records: dict[str, list[Any]] = {}
     loop = asyncio.new_event_loop()
-    print(json.dumps({"agent": agent.__file__, "takes_counts": takes_counts}), flush=True)
+
+    def forget() -> None:
+        counter._cache.clear()  # none of these messages was counted in this process
+        clear_facts()
+        clear_block_cache()
+
+    print(json.dumps({"agent": agent.__file__, "takes_counts": takes_counts, "takes_prepared": takes_prepared}),
+          flush=True)
     for line in sys.stdin:
         request = json.loads(line)
-        items = cases[request["case"]]
+        case = request["case"]
+        items = cases[case]
         llm, cold = request["path"] == "llm", request["mode"] == "cold"
-        if request["case"] not in held_counts:  # what a caller (store, ledger) holds: counted once, untimed
-            held_counts[request["case"]] = [[counter.count_message(m) for m in messages] for messages, _ in items]
+        if case not in held_counts:  # what a caller (store, ledger) holds: counted once, untimed
+            held_counts[case] = [[counter.count_message(m) for m in messages] for messages, _ in items]
+        if takes_prepared and case not in held_records:  # what the store kept as they were stored: made once, untimed
+            held_records[case] = []
+            for messages, window in items:
+                forget()
+                engine = ContextCompressor(context_length=window, summary_provider=None, today=lambda: TODAY)
+                held_records[case].append(engine.on_messages_stored(messages))
         seconds, before, after, digests = 0.0, 0, 0, []
         spent.clear()
         gc.collect()
-        for (messages, window), counts in zip(items, held_counts[request["case"]], strict=True):
+        records_of = held_records.get(case, [None] * len(items))
+        for (messages, window), counts, records in zip(items, held_counts[case], records_of, strict=True):
             provider = InstantSummary() if llm else None
             compressor = ContextCompressor(context_length=window, summary_provider=provider, today=lambda: TODAY)
+            kwargs: dict[str, Any] = {}
             if cold:
-                counter._cache.clear()  # none of these messages was counted in this process
-                clear_facts()
-                clear_block_cache()
+                forget()
+                if takes_counts:
+                    kwargs["token_counts"] = counts
+                if takes_prepared:
+                    kwargs["prepared"] = records
             else:
                 for message in messages:  # the agent's ledger has counted them already
                     counter.count_message(message)
@@ -169,7 +195,6 @@ def serve(cases_path: str) -> None:
                     compressor.on_messages_stored(messages)
                 else:
                     remember_facts(messages)
-            kwargs = {"token_counts": counts} if cold and takes_counts else {}
             started = time.perf_counter()
             result = loop.run_until_complete(compressor.compress(messages, force=True, **kwargs))
             seconds += time.perf_counter() - started

@@ -13,8 +13,9 @@ redacting and counting the middle, building the prompt and the budget checks all
 summary model, the deterministic fallback — and in two modes:
 
 * warm: the token counter has seen every message (the agent counted them; a library user's case);
-* cold: the counter has seen none, and the caller hands over the counts it holds (the store keeps one per
-  row), where the revision accepts them — a gateway compressing a session after a restart.
+* cold: a gateway compressing a session after a restart: the counter has seen none, and the caller hands over
+  what the store keeps per row, where the revision accepts it — the counts and the prepared records
+  (``accepts_token_counts``, ``accepts_prepared``; both made once per case, untimed).
 
 ``--baseline GITREF`` checks the revision out in a temporary git worktree and runs it in a second worker
 process; every measurement alternates the two (A, B, A, B…), one warm-up round is dropped, and the median
@@ -24,7 +25,8 @@ says whether both revisions produced the same.
 
 Warm and cold also cover what a revision keeps per message (evidence facts, summary blocks): warm, the
 worker has handed the messages to the engine as the gateway does when it stores them (untimed); cold, it has
-none of it. The stage profile at the end gives each stage's share of the LLM path's time (summed over the
+none of it in memory, only the records ``on_messages_stored`` returned (where the revision makes them), which
+the compression adopts inside its timed call. The stage profile at the end gives each stage's share of the LLM path's time (summed over the
 timed rounds; timers wrap what runs each stage — the compressor's stage methods, or the functions the split
 compressor calls — each stage's own time), for both revisions.
 """
@@ -127,6 +129,7 @@ class Worker:
         if not str(hello.get("agent", "")).startswith(str(root)):
             raise RuntimeError(f"worker for {root} imported agent from {hello.get('agent')}")
         self.takes_counts = bool(hello["takes_counts"])
+        self.takes_prepared = bool(hello.get("takes_prepared"))
 
     def _read(self) -> dict[str, Any]:
         assert self.process.stdout is not None
@@ -319,9 +322,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.baseline:
             old = Worker(stack.enter_context(baseline_checkout(args.baseline)), cases_file)
             stack.callback(old.close)
+        held = "counts" + (" (new only)" if old and not old.takes_counts else "")
+        if new.takes_prepared:
+            held += " and prepared records" + (" (new only)" if old and not old.takes_prepared else "")
         print(f"median of {rounds} rounds after a warm-up"
-              + (f", interleaved with {args.baseline} (old)" if old else "")
-              + f"; cold: counts from the caller {'(new only)' if old and not old.takes_counts else ''}")
+              + (f", interleaved with {args.baseline} (old)" if old else "") + f"; cold: {held} from the caller")
         _print_header(old is not None)
         rows = measure(new, old, cases, rounds)
         _print_profile(rows)

@@ -162,15 +162,19 @@ def _facts(gates: Any, stages: list[Any]) -> tuple[MessageFacts, dict[str, int]]
     found: list[tuple[tuple[str, str], ...]] = []
     counts: dict[str, int] = {}
     for stage in stages:
-        if not isinstance(stage, list):
+        if type(stage) is not list:
             return None
         pairs = []
+        # (Checked inline: a record of 20 facts is read for every message of a session after a restart.)
         for item in stage:
-            if not (isinstance(item, list) and len(item) == 3 and _is_count(item[0]) and item[0] < len(FACT_KINDS)
-                    and isinstance(item[1], str) and _is_count(item[2])):
+            if type(item) is not list or len(item) != 3:
                 return None
-            pairs.append((FACT_KINDS[item[0]], item[1]))
-            counts[item[1]] = item[2]
+            kind, text, tokens = item
+            if type(kind) is not int or not 0 <= kind < len(FACT_KINDS) or type(text) is not str \
+                    or type(tokens) is not int or tokens < 0:
+                return None
+            pairs.append((FACT_KINDS[kind], text))
+            counts[text] = tokens
         found.append(tuple(pairs))
     present = frozenset(name for name, bit in _SCANNER_BIT.items() if gates & bit)
     return MessageFacts(found[0], found[1], found[2], present), counts
