@@ -126,6 +126,10 @@ def serve(cases_path: str) -> None:
     except ImportError:
         clear_block_cache = lambda: None  # noqa: E731
     clear_facts = getattr(evidence, "clear_fact_cache", lambda: None)
+    try:  # and the records it made or read, where it keeps them
+        from agent.compression.prepared import forget_prepared
+    except ImportError:
+        forget_prepared = lambda: None  # noqa: E731
     remember_facts = getattr(evidence, "remember_facts", lambda messages: None)
     # What the gateway does with the messages it stores: the engine's hook where the revision has one.
     stored = getattr(ContextCompressor, "on_messages_stored", None)
@@ -158,6 +162,7 @@ def serve(cases_path: str) -> None:
         counter._cache.clear()  # none of these messages was counted in this process
         clear_facts()
         clear_block_cache()
+        forget_prepared()
 
     print(json.dumps({"agent": agent.__file__, "takes_counts": takes_counts, "takes_prepared": takes_prepared}),
           flush=True)

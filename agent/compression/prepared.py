@@ -49,26 +49,33 @@ from pathlib import Path
 from typing import Any
 
 from agent import jsonlimits, lru, tokens
-from agent.compression.blocks import adopt_block, remember_blocks
+from agent.compression.blocks import adopt_block, clear_block_cache, remember_blocks
 from agent.compression.evidence import (
     FACT_KINDS,
     MessageFacts,
     adopt_facts,
+    clear_fact_cache,
     fact_tokens,
     gates_in_one_pass,
     remember_facts,
 )
 from agent.compression.fact_patterns import SCANNERS, STAGES
 from agent.compression.summary import serialize_unredacted
+from agent.lru import LruCache
 from agent.tokens import TokenCounter, key_digest
 
-__all__ = ["FORMAT_VERSION", "adopt_records", "prepare_records"]
+__all__ = ["FORMAT_VERSION", "adopt_records", "forget_prepared", "prepare_records"]
 
 _KIND_INDEX = {kind: i for i, kind in enumerate(FACT_KINDS)}
 # A record's fields, in order: version, encoding, fact key digest, block key digest, gates, block tokens,
 # unredacted, then the facts of each stage.
 _FIELDS = 7 + len(STAGES)
 _SCANNER_BIT = {scanner.name: 1 << i for i, scanner in enumerate(SCANNERS)}
+# The records this process made or has read, by their hash: the gateway hands a session's records to every
+# compaction of it, and one already read (or made here) is not read again — what it says is in the caches, or
+# was evicted from them and is computed again, as a hash shared with another record would also have it.
+_SEEN_SIZE = 50_000
+_SEEN: LruCache[int, bool] = LruCache(_SEEN_SIZE)
 
 
 def _distribution(name: str) -> str:
@@ -127,6 +134,8 @@ def prepare_records(messages: Sequence[Mapping[str, Any]], counter: TokenCounter
         unredacted = int(serialize_unredacted(message) == block)
         records.append(_dumps([FORMAT_VERSION, counter.encoding_name, key_digest(fact_key), key_digest(key),
                                gates, block_tokens, unredacted, *stages]))
+    for record in records:
+        _SEEN.put(hash(record), True)
     return records
 
 
@@ -189,17 +198,29 @@ def adopt_records(messages: Sequence[Mapping[str, Any]], records: Sequence[str |
     another format version or another encoding is ignored, and one made for different content (the message
     text, a call's arguments, or — for an assistant's call — the result its facts came from, changed or erased)
     is never taken: that message is computed as it would be without records. When ``records`` are not one per
-    message, all of them are ignored."""
+    message, all of them are ignored. A record this process made or adopted before counts without being read
+    again."""
     if len(records) != len(messages) or FORMAT_VERSION is None:
         return 0
     encoding = counter.encoding_name
+    texts = [record for record in records if isinstance(record, str)]
+    hashes = [hash(record) for record in texts]
     # Equal messages (a session repeats itself) have equal records: each is read once.
     taken: dict[str, bool] = {}
     adopted = 0
-    for record in records:
-        if isinstance(record, str):
-            took = taken.get(record)
-            if took is None:
-                took = taken[record] = _take(record, encoding)
-            adopted += took
+    for record, digest, seen in zip(texts, hashes, _SEEN.get_many(hashes), strict=True):
+        took = seen or taken.get(record)
+        if took is None:
+            took = taken[record] = _take(record, encoding)
+            if took:
+                _SEEN.put(digest, True)
+        adopted += took
     return adopted
+
+
+def forget_prepared() -> None:
+    """Forget every fact, block and record this process holds: what a restarted process knows (tests and
+    benchmarks; a long-running process only ever evicts)."""
+    clear_fact_cache()
+    clear_block_cache()
+    _SEEN.clear()

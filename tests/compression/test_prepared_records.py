@@ -16,10 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.compression import blocks, evidence, prepared
-from agent.compression.blocks import clear_block_cache, remember_blocks, summary_block
+from agent.compression.blocks import remember_blocks, summary_block
 from agent.compression.engine import CompressionResult, ContextEngine
-from agent.compression.evidence import Fact, clear_fact_cache, extract_facts, fact_tokens, remember_facts
-from agent.compression.prepared import adopt_records, prepare_records
+from agent.compression.evidence import Fact, extract_facts, fact_tokens, remember_facts
+from agent.compression.prepared import adopt_records, forget_prepared, prepare_records
 from agent.compression.summary import serialize_message
 from agent.tokens import TokenCounter, get_counter
 from tests.compression.helpers import (
@@ -41,8 +41,7 @@ Messages = list[dict[str, Any]]
 
 def _forget() -> None:
     """What a restarted process knows: no fact, no block, no count."""
-    clear_fact_cache()
-    clear_block_cache()
+    forget_prepared()
     COUNTER._cache.clear()
 
 
@@ -182,6 +181,19 @@ def test_a_compaction_after_a_restart_takes_what_the_records_hold(monkeypatch: p
     assert scanned == []
     # Only the blocks of what pruning rewrote are made again; the stored messages' come from their records.
     assert len(serialized) < made // 2
+
+
+def test_a_record_made_or_read_here_is_not_read_again_until_a_restart(monkeypatch: pytest.MonkeyPatch) -> None:
+    messages = coding_session(20)
+    records = make_compressor().on_messages_stored(messages)
+    read = _counting(monkeypatch, prepared, "_take")
+    # Made here: handed back with every compaction of the session, they are not read at all.
+    assert adopt_records(messages, records, COUNTER) == len(messages) and read == []
+    _forget()
+    assert adopt_records(messages, records, COUNTER) == len(messages)
+    distinct = len(read)
+    assert 0 < distinct <= len(messages)
+    assert adopt_records(messages, records, COUNTER) == len(messages) and len(read) == distinct
 
 
 def _counting(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[Any]:

@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 
 from agent.compression import compressor
-from agent.compression.blocks import clear_block_cache
-from agent.compression.evidence import clear_fact_cache
+from agent.compression.prepared import forget_prepared
 from agent.tokens import get_counter
 from gateway.conversation.session_commands import MANUAL_REASON
 from tests.fakes.llm_server import FakeLLMServer
@@ -38,8 +37,7 @@ async def test_a_compaction_after_a_restart_adopts_what_was_prepared_before_it(
     await gateway.aclose(grace_seconds=5)
 
     # A restarted process: nothing prepared or counted in memory.
-    clear_fact_cache()
-    clear_block_cache()
+    forget_prepared()
     get_counter()._cache.clear()
     adopted: list[int] = []
     adopt = compressor.adopt_records
