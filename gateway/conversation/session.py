@@ -107,6 +107,8 @@ class LiveSession:
             fresh, self.unseen = self.messages[-self.unseen:], 0
             first = self.watermark - len(fresh) + 1
             records = self.engine.on_messages_stored(fresh)
+            if records is None or len(records) != len(fresh):  # an engine written before it returned records
+                return
             kept = [PreparedRecord(first + i, payload_of(message), record)
                     for i, (message, record) in enumerate(zip(fresh, records, strict=True)) if record is not None]
             if kept:

@@ -4,11 +4,13 @@ finding every fact and tokenizing every block again."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
 
-from agent.compression import compressor
+from agent.compression import compressor, registry
+from agent.compression.compressor import ContextCompressor
 from agent.compression.prepared import forget_prepared
 from agent.tokens import get_counter
 from gateway.conversation.session_commands import MANUAL_REASON
@@ -51,3 +53,25 @@ async def test_a_compaction_after_a_restart_adopts_what_was_prepared_before_it(
     await adapter.say("/compress", user_id="boss")
     assert adopted == [4]
     assert [c.reason for c in await restarted.rt.store.compactions.history(session_id)] == [MANUAL_REASON]
+
+
+class HookReturnsNothing(ContextCompressor):
+    """A third-party engine written before the hook returned records: it prepares, and returns nothing."""
+
+    def on_messages_stored(self, messages: Sequence[Mapping[str, Any]]) -> None:  # type: ignore[override]
+        super().on_messages_stored(messages)
+
+
+async def test_an_engine_whose_hook_returns_nothing_keeps_nothing_and_answers_as_before(
+        gateway_factory: GatewayFactory, fake_llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(registry._registry, "returns-nothing", HookReturnsNothing)
+    answer_by_kind(fake_llm, "noted")
+    gateway, adapter = await gateway_factory(llm=WINDOW, context={"engine": "returns-nothing"})
+    for line in TURNS:
+        await adapter.say(line)
+    assert adapter.texts() == ["noted"] * len(TURNS)
+    store = gateway.rt.store
+    record = await store.sessions.get_or_create_active("discord", "dm:c1")
+    active = await store.messages.load_active(record.id)
+    assert len(active.messages) == 2 * len(TURNS)
+    assert await store.messages.prepared_of_active(record.id, active.watermark) == [None] * len(active.messages)
