@@ -108,9 +108,13 @@ def test_the_whole_corpus_compacts_alike_with_records_without_and_warm(corpus_ro
 
     transcripts_ = load_all()
     assert transcripts_
-    for transcript in transcripts_:
+    largest = max(transcripts_, key=lambda t: len(t.messages))
+    for i, transcript in enumerate(transcripts_):
+        # What is taken from a record is checked for every message; whole compactions (four per transcript,
+        # most of this test's time) for every third transcript and the largest, from every corpus.
         _taken_equals_computed(transcript.messages)
-        _three_ways(transcript.messages, max(COUNTER.count_messages(transcript.messages), 4_000))
+        if i % 3 == 0 or transcript is largest:
+            _three_ways(transcript.messages, max(COUNTER.count_messages(transcript.messages), 4_000))
 
 
 FRAGMENTS = ("Never push to main! ", "Edit src/app/main.py and /srv/x/y.toml ", "password=hunter2hunter2 ",
