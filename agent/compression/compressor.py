@@ -42,7 +42,7 @@ from agent.compression.engine import CompressionResult, ContextEngine
 from agent.compression.fallback import build_static_summary
 from agent.compression.feasibility import SummaryModelTooSmall
 from agent.compression.plan import CompactionPlan, select_plan
-from agent.compression.prepared import adopt_records, prepare_records
+from agent.compression.prepared import RECORD_MIN_CHARS, adopt_records, prepare_records
 from agent.compression.prune import PruneResult
 from agent.compression.shorten import shorten_summary
 from agent.compression.state import CompressorState
@@ -68,6 +68,8 @@ class ContextCompressor(CompressorStateView, CompressorWindow, ContextEngine):
 
     accepts_token_counts = True
     accepts_prepared = True
+    # Messages shorter than this that call no tool and are no tool's result get no prepared record (see there).
+    record_min_chars = RECORD_MIN_CHARS
     accepts_ahead_of_need = True
 
     def __init__(
@@ -189,7 +191,7 @@ class ContextCompressor(CompressorStateView, CompressorWindow, ContextEngine):
         now, so that the compaction that summarizes them only assembles them (neither ever changes; both are
         kept in bounded in-process caches). Returns each message's prepared record (`prepare_records`): kept
         with the message and handed back to ``compress(prepared=…)`` after a restart, it puts them back."""
-        return prepare_records(messages, self._counter)
+        return prepare_records(messages, self._counter, min_chars=self.record_min_chars)
 
     def record_ineffective(self) -> None:
         """Count a compression that did not help although it saved tokens (overflow recovery whose retry

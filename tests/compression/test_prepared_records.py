@@ -45,6 +45,13 @@ def _forget() -> None:
     COUNTER._cache.clear()
 
 
+def _storing() -> Any:
+    """A compressor that keeps a record for every message, however short (these tests hold every kind to it)."""
+    compressor = make_compressor()
+    compressor.record_min_chars = 0
+    return compressor
+
+
 def _compress(messages: Messages, window: int, **kwargs: Any) -> tuple[CompressionResult, list[Any]]:
     """One compaction on the LLM path, and the prompts its summary model was sent."""
     provider = ScriptedProvider([])
@@ -60,11 +67,11 @@ def _three_ways(messages: Messages, window: int) -> None:
     _forget()
     cold = _compress(messages, window, token_counts=counts)
     _forget()
-    records = make_compressor().on_messages_stored(messages)
+    records = _storing().on_messages_stored(messages)
     _forget()
     adopted = _compress(messages, window, token_counts=counts, prepared=records)
     _forget()
-    make_compressor().on_messages_stored(messages)
+    _storing().on_messages_stored(messages)
     COUNTER.count_each(messages)
     warm = _compress(messages, window)
     assert adopted == cold
@@ -173,7 +180,7 @@ def test_a_compaction_after_a_restart_takes_what_the_records_hold(monkeypatch: p
     serialized = _counting(monkeypatch, blocks, "serialize_message")
     cold = _compress(messages, 8_000, token_counts=counts)
     made = len(serialized)
-    records = make_compressor().on_messages_stored(messages)
+    records = _storing().on_messages_stored(messages)
     assert len(records) == len(messages) and all(isinstance(r, str) for r in records)
     _forget()
     assert adopt_records(messages, records, COUNTER) == len(messages)
@@ -189,7 +196,7 @@ def test_a_compaction_after_a_restart_takes_what_the_records_hold(monkeypatch: p
 
 def test_a_record_made_or_read_here_is_not_read_again_until_a_restart(monkeypatch: pytest.MonkeyPatch) -> None:
     messages = coding_session(20)
-    records = make_compressor().on_messages_stored(messages)
+    records = _storing().on_messages_stored(messages)
     read = _counting(monkeypatch, prepared, "_take")
     # Made here: handed back with every compaction of the session, they are not read at all.
     assert adopt_records(messages, records, COUNTER) == len(messages) and read == []
@@ -214,7 +221,7 @@ def _counting(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[A
 
 def test_records_not_one_per_message_are_all_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
     messages = coding_session(40)
-    records = make_compressor().on_messages_stored(messages)
+    records = _storing().on_messages_stored(messages)
     _forget()
     assert adopt_records(messages, records[:-1], COUNTER) == 0
     assert adopt_records(messages[:-1], records, COUNTER) == 0
@@ -387,3 +394,13 @@ def test_an_engine_without_records_returns_none_for_each_message() -> None:
 
     assert Bare().on_messages_stored(_session()) == [None] * 5
     assert not Bare.accepts_prepared and make_compressor().accepts_prepared
+
+
+def test_a_short_chat_line_gets_no_record_unless_it_calls_a_tool_or_is_a_result() -> None:
+    long_line = "Deploy /srv/app/main.py with make release, then " * 5
+    messages = [user("thanks!"), assistant("ok, noted."), user(long_line),
+                call("c1", "terminal", {"command": "ls"}), result("c1", "a.py")]
+    records = make_compressor().on_messages_stored(messages)
+    assert [r is not None for r in records] == [False, False, True, True, True]
+    forget_prepared()
+    assert adopt_records(messages, records, COUNTER) == 3

@@ -19,15 +19,19 @@ from tests.gateway.conftest import GatewayFactory, answer_by_kind, bulk_session,
 
 # Small enough that /compress has a middle to summarize, the history short of any compaction of its own.
 WINDOW = {"context_length": 8_192}
-TURNS = ("deploy /srv/app/main.py with `make release`", "what did make release print? exit 2 again",
-         "thanks, that is all")
+# Long enough to be worth a record each (`RECORD_MIN_CHARS`), as the answer below is.
+DETAIL = " Keep the logs, the exit status and the paths of every file it touched, in order, for the report."
+TURNS = ("deploy /srv/app/main.py with `make release`." + DETAIL * 2,
+         "what did make release print? exit 2 again." + DETAIL * 2,
+         "thanks, that is all for today." + DETAIL * 2)
+ANSWER = "make release failed: see /srv/app/build.log (exit status 2)." + DETAIL * 2
 
 
 async def test_a_compaction_after_a_restart_adopts_what_was_prepared_before_it(
         gateway_factory: GatewayFactory, fake_llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    answer_by_kind(fake_llm, "make release failed: see /srv/app/build.log (exit status 2)")
+    answer_by_kind(fake_llm, ANSWER)
     gateway, adapter = await gateway_factory(llm=WINDOW)
-    session_id = await bulk_session(gateway, "dm:c1", chatter(30, words=40))
+    session_id = await bulk_session(gateway, "dm:c1", chatter(30, words=30))
     for line in TURNS:
         await adapter.say(line)
     store = gateway.rt.store
