@@ -51,6 +51,8 @@ IMAGE_TOKENS = 765
 _MESSAGE_OVERHEAD = 4
 _TOOL_CALL_OVERHEAD = 8
 _REQUEST_OVERHEAD = 3
+# Distinct tool-schema sets whose counts a counter keeps (one per configured tool set, MCP servers included).
+_TOOL_SETS = 64
 _ROUGH_CHARS_PER_TOKEN = 4
 
 # Texts up to this length key the count cache themselves; longer ones by their digest.
@@ -173,6 +175,9 @@ class TokenCounter:
         self.encoding_name = encoding
         self._enc = tiktoken.get_encoding(encoding)
         self._cache: LruCache[tuple[Any, ...], int] = LruCache(cache_size)
+        # Tool schemas by their JSON text: a chat sends the same few sets with every request, and tokenizing one
+        # (several KB) costs far more than serializing it to look it up.
+        self._tools: LruCache[str, int] = LruCache(_TOOL_SETS)
 
     def count_text(self, text: str) -> int:
         """Tokens in plain text (special-token strings are counted as ordinary text)."""
@@ -231,7 +236,12 @@ class TokenCounter:
         """Exact tokens of the tool schemas sent with a request."""
         if not tools:
             return 0
-        return self.count_text(json.dumps(list(tools), ensure_ascii=False, separators=(",", ":")))
+        text = json.dumps(list(tools), ensure_ascii=False, separators=(",", ":"))
+        tokens = self._tools.get(text)
+        if tokens is None:
+            tokens = self.count_text(text)
+            self._tools.put(text, tokens)
+        return tokens
 
     def count_request(
         self,

@@ -185,6 +185,21 @@ def test_request_count_adds_system_tools_and_overhead() -> None:
     assert counter.count_tools(None) == counter.count_tools([]) == 0
 
 
+def test_a_tool_schema_set_is_tokenized_once_and_counted_exactly(monkeypatch: pytest.MonkeyPatch) -> None:
+    counter = TokenCounter()
+    tools = [{"type": "function", "function": {"name": f"tool_{i}", "description": "does a thing " * 20,
+                                               "parameters": {"type": "object"}}} for i in range(8)]
+    exact = counter.count_text(json.dumps(tools, ensure_ascii=False, separators=(",", ":")))
+    tokenized: list[str] = []
+    original = counter.count_text
+    monkeypatch.setattr(counter, "count_text", lambda text: tokenized.append(text) or original(text))
+    assert counter.count_tools(tools) == counter.count_tools([dict(t) for t in tools]) == exact
+    assert len(tokenized) == 1
+    changed = [*tools[:-1], {"type": "function", "function": {"name": "other", "parameters": {"type": "object"}}}]
+    assert counter.count_tools(changed) == original(json.dumps(changed, ensure_ascii=False, separators=(",", ":")))
+    assert len(tokenized) == 2
+
+
 # ----------------------------------------------------------------------------------------- cache
 
 
