@@ -203,7 +203,9 @@ class FakeDiscord:
         app.router.add_post("/api/v10/interactions/{interaction_id}/{token}/callback", self._interaction_callback)
         app.router.add_patch("/api/v10/webhooks/{app_id}/{token}/messages/@original", self._edit_original)
         app.router.add_post("/api/v10/webhooks/{app_id}/{token}", self._followup)
-        self._runner, self.port = await serve_on_loopback(app)
+        # A client that got its close frame while its read was in flight keeps the handler open: aiohttp's
+        # default would wait a minute for it at cleanup (seen as a 60 s teardown), a fake has nothing to finish.
+        self._runner, self.port = await serve_on_loopback(app, shutdown_timeout=1.0)
 
     async def stop(self) -> None:
         """Close gateway connections and stop serving."""
