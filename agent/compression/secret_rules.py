@@ -283,7 +283,9 @@ _PROSE_SEP = (
 
 _ZH_GATES = ("登录密码", "密码", "口令", "密钥", "秘钥", "私钥", "访问令牌", "令牌", "授权码")
 _ZH_CUES = "|".join(_ZH_GATES)
-_ZH_SEP = r"(?P<sep>\s*(?:(?:是|为|改成|改为|设为|设置为|换成|换为)\s*[:：]?|[:：=＝])?\s*)"
+# Each run of blanks is taken by one quantifier and kept (a value never starts with a blank): two runs that
+# could share the same blanks tried every split of them, seconds for a cue followed by a few thousand spaces.
+_ZH_SEP = r"(?P<sep>\s*+(?:(?:是|为|改成|改为|设为|设置为|换成|换为)\s*+(?:[:：]\s*+)?|[:：=＝]\s*+)?)"
 
 _DB_CLIENTS = ("mysql", "mysqldump", "mysqladmin", "mariadb", "psql", "pg_dump", "pg_dumpall", "pg_restore",
                "sshpass", "mongo", "mongosh", "mongodump", "redis-cli", "smbclient")
@@ -314,8 +316,14 @@ RULES: tuple[Rule, ...] = (
           r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----(?:.*?-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|"
           r"(?:\s*(?:[A-Za-z0-9+/=]+|[A-Za-z-]+: [^\n]*))*)",
           ("-----BEGIN ",), flags=re.S),
-    # ... and one whose beginning was cut off ends in its END line.
-    _rule("pem_private_key_tail", r"(?:[A-Za-z0-9+/=]{16,}[ \t]*\r?\n)+-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----",
+    # ... and one whose beginning was cut off ends in its END line. Linear in the text: a match starts only where
+    # a run of base64 starts (never inside one), and not at a line right after a base64 line (the match that
+    # starts on that line takes this one in); what it took it never gives back (no line or character of a
+    # chain can be what lets END follow). Without that, a long base64 line, or a wrapped base64 file, near any
+    # "-----END " took time quadratic in its length: 2.5 minutes for an 80 KB image beside a certificate.
+    _rule("pem_private_key_tail",
+          r"(?<![A-Za-z0-9+/=])(?<![A-Za-z0-9+/=]{16}\n)(?<![A-Za-z0-9+/=]{16}\r\n)"
+          r"(?:[A-Za-z0-9+/=]{16,}+[ \t]*+\r?\n)++-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----",
           ("-----END ",)),
     _rule("openai_anthropic", r"\bsk-[A-Za-z0-9_\-]{16,}", ("sk-",), accept=_openai_key),
     _rule("stripe", r"\b(?:[sr]k_(?:live|test)_[A-Za-z0-9]{16,}|whsec_[A-Za-z0-9]{24,})",
