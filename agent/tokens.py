@@ -21,6 +21,7 @@ from typing import Any
 
 import tiktoken
 
+from agent.cache_dir import cache_dir
 from agent.lru import LruCache
 
 __all__ = [
@@ -62,15 +63,11 @@ _prime_lock = threading.Lock()
 
 
 def _default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    path = Path(base) / "concord" / "tiktoken"
-    try:
+    path = cache_dir("tiktoken")
+    if path is None:  # tiktoken needs its files somewhere
+        path = Path(tempfile.gettempdir()) / "concord-tiktoken"
         path.mkdir(parents=True, exist_ok=True)
-        return path
-    except OSError:
-        fallback = Path(tempfile.gettempdir()) / "concord-tiktoken"
-        fallback.mkdir(parents=True, exist_ok=True)
-        return fallback
+    return path
 
 
 def _bpe_data_dir() -> Path:
