@@ -15,20 +15,20 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-from agent.compression.compressor import ContextCompressor
-from agent.compression.engine import CompressionResult
-from agent.compression.feasibility import SummaryModelTooSmall
 from agent.compression.threshold import output_reserve
-from agent.llm.base import Provider
 from agent.transcript import MalformedTranscript, read_transcript, read_transcript_file
+
+if TYPE_CHECKING:  # every `concord` command builds this parser: the compressor loads when a compression runs
+    from agent.compression.engine import CompressionResult
+    from agent.llm.base import Provider
 
 __all__ = ["build_parser", "main", "run_compress_command"]
 
 DEFAULT_CONTEXT_LENGTH = 200_000
 
-ProviderFactory = Callable[[], Provider]
+ProviderFactory = Callable[[], "Provider"]
 # The summary model's window as its server serves it (None: unknown, taken to be --context-length).
 WindowFactory = Callable[[], Awaitable[int | None]]
 
@@ -68,6 +68,8 @@ def _human_report(result: CompressionResult) -> str:
 
 async def _compress(messages: list[dict[str, Any]], opts: argparse.Namespace,
                     provider: Provider | None, summary_window: WindowFactory | None) -> CompressionResult:
+    from agent.compression.compressor import ContextCompressor
+
     try:
         window = await summary_window() if provider is not None and summary_window is not None else None
         compressor = ContextCompressor(context_length=opts.context_length, threshold=opts.threshold,
@@ -94,6 +96,8 @@ def run_compress_command(
 ) -> int:
     """Run ``concord compress``; ``provider_factory`` builds the configured summary model for ``--summary llm``
     and ``summary_window`` finds the window its server serves it with (every summary request fits it)."""
+    from agent.compression.feasibility import SummaryModelTooSmall
+
     stdin, stdout, stderr = stdin or sys.stdin, stdout or sys.stdout, stderr or sys.stderr
     opts = args if isinstance(args, argparse.Namespace) else build_parser().parse_args(list(args))
     if opts.context_length <= 0 or not 0 < opts.threshold <= 1:

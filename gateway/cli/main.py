@@ -9,21 +9,17 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
-from sqlalchemy.exc import SQLAlchemyError
-
-from agent.compression.feasibility import SummaryModelTooSmall
-from agent.compression.registry import EngineNotFound
-from agent.llm.base import Provider
-from agent.transcript import MalformedTranscript, read_transcript_file
 from gateway.cli.interrupts import EXIT_INTERRUPTED, StopRequested
 from gateway.cli.store import add_store_commands
 from gateway.config import ConfigError, Settings, load_settings, masked_dump
-from gateway.ops.data_dir import ensure_data_dir
 from gateway.ops.logsetup import configure_logging
-from gateway.store import CompactionNotFound, SessionNotFound, StorageUnavailable
-from gateway.store.migrate import first_line
+
+# What a command needs is loaded when it runs: `concord health`, which Docker runs every 30 s, then loads the
+# configuration only, not the compressor, the store and the platforms (two seconds of CPU each time).
+if TYPE_CHECKING:
+    from agent.llm.base import Provider
 
 __all__ = ["build_parser", "main", "print_error"]
 
@@ -59,6 +55,7 @@ def _cmd_config_check(args: argparse.Namespace) -> int:
 
 def _cmd_tokens(args: argparse.Namespace) -> int:
     from agent.tokens import TokenCounter, estimate_messages_tokens_rough
+    from agent.transcript import MalformedTranscript, read_transcript_file
 
     try:
         messages = read_transcript_file(Path(args.file), sys.stderr)
@@ -92,6 +89,7 @@ def _configure_logging(settings: Settings, *, log_file: Path | None = None) -> N
 def _console_log_file(settings: Settings) -> Path | None:
     """Where logs go while the interactive console is in use (None: no console, or not a terminal)."""
     from adapters.console import is_terminal
+    from gateway.ops.data_dir import ensure_data_dir
 
     if settings.discord.token or settings.telegram.token or not is_terminal():
         return None
@@ -99,6 +97,8 @@ def _console_log_file(settings: Settings) -> Path | None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from agent.compression.feasibility import SummaryModelTooSmall
+    from agent.compression.registry import EngineNotFound
     from gateway.app import run_gateway
 
     settings = load_settings()
@@ -243,15 +243,31 @@ def _run_command(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print_error(str(exc))
         return EXIT_USAGE
-    except (SessionNotFound, CompactionNotFound) as exc:
+    except Exception as exc:
+        status = _storage_failure(exc)
+        if status is None:
+            raise
+        return status
+
+
+def _storage_failure(exc: Exception) -> int | None:
+    """Say what a failure of the store was and give its exit status; None for any other failure. (Loaded here,
+    as only a command that opened the store can fail so.)"""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from gateway.store import CompactionNotFound, SessionNotFound, StorageUnavailable
+    from gateway.store.migrate import first_line
+
+    if isinstance(exc, SessionNotFound | CompactionNotFound):
         print_error(f"not found: {exc}")
         return EXIT_NOT_FOUND
-    except StorageUnavailable as exc:
+    if isinstance(exc, StorageUnavailable):
         print_error(str(exc))
         return EXIT_UNAVAILABLE
-    except SQLAlchemyError as exc:  # a query failed on a damaged database (a table dropped by hand, corrupt pages)
+    if isinstance(exc, SQLAlchemyError):  # a query failed on a damaged database (a table dropped by hand, corrupt pages)
         print_error(f"database query failed: {first_line(exc)}")
         return EXIT_UNAVAILABLE
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

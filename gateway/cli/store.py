@@ -7,14 +7,16 @@ import asyncio
 import json
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
 from agent.compression.redact import redact_message, redact_secrets
 from gateway.config import Settings, load_settings
-from gateway.store import Store, upgrade_database
+
+if TYPE_CHECKING:  # loaded by the commands that open the store, not by every `concord` command
+    from gateway.store import Store
 
 __all__ = ["add_store_commands"]
 
@@ -36,6 +38,8 @@ def _with_store(body: Callable[[Store, argparse.Namespace], Awaitable[int]]) -> 
         settings: Settings = load_settings()
 
         async def go() -> int:
+            from gateway.store import Store
+
             store = await Store.open(settings.storage.url)
             try:
                 return await body(store, args)  # not found (session, compaction): `gateway.cli.main` says so, exit 1
@@ -48,6 +52,8 @@ def _with_store(body: Callable[[Store, argparse.Namespace], Awaitable[int]]) -> 
 
 
 def _db_upgrade(args: argparse.Namespace) -> int:
+    from gateway.store import upgrade_database
+
     url = load_settings().storage.url
     asyncio.run(upgrade_database(url))
     print("database is at the latest schema")
