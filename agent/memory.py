@@ -54,7 +54,10 @@ Target = Literal["user", "chat", "bot"]
 DEFAULT_MAX_FILE_CHARS = 20_000
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 # "remember that X" / "please remember: X" at the start of a line of a user message.
-_REMEMBER = re.compile(r"(?im)^\s*(?:please\s+)?remember(?:\s+that)?\s*[:,]?\s+(.{3,500}?)\s*$")
+# Each run of blanks before the fact is taken whole and the fact starts at a non-blank: the plain form's runs
+# could share blanks in every split, 18 s for "remember" and 400 spaces before a long line (any user can send
+# that). The one difference: a fact of fewer than 3 non-blank characters is no longer padded with blanks to 3.
+_REMEMBER = re.compile(r"(?im)^[^\S\n]*+(?:please\s++)?remember(?:\s++that)?(?:\s*+[:,])?\s++(?=\S)(.{3,500}?)\s*$")
 # An entry's citation: ``<!-- from discord:42 in inbound:discord:3000::10001 -->`` ends its line.
 _CITE = re.compile(r"[ \t]*<!-- from (\S*) in (\S*) -->[ \t]*$", re.MULTILINE)
 

@@ -38,7 +38,9 @@ _EXTENSION_SET = frozenset(_EXTENSIONS.replace("ya?ml", "yml|yaml").replace("htm
                            .replace("jpe?g", "jpg|jpeg").split("|"))
 # A whole token that is an absolute/relative path of 2+ segments, or a name with a known extension.
 _PATH_RE = re.compile(
-    rf"(?:(?:~|\.{{1,2}})?/(?:[\w.+@-]+/)*[\w.+@-]+(?:/[\w.+@-]+)+/?"     # /usr/bin/env, ./a/b, ~/x/y
+    # Segments taken whole (a segment is followed only by "/" or the end): `(?:seg/)*seg(?:/seg)+` tried every
+    # way of splitting a long path between its two loops, seconds for a path of a few thousand segments.
+    rf"(?:(?:~|\.{{1,2}})?/[\w.+@-]++(?:/[\w.+@-]++)++/?"                 # /usr/bin/env, ./a/b, ~/x/y
     rf"|(?:~|\.{{1,2}})/[\w.+@-]+/?"                                     # ./configure, ~/.bashrc
     rf"|(?:[\w.+@-]+/)+[\w.+@-]+\.(?:{_EXTENSIONS})"                  # src/app.py
     rf"|~?/[\w.+@-]+\.(?:{_EXTENSIONS})"                              # /etc.conf
@@ -54,7 +56,7 @@ _HEX_RE = re.compile(r"\b[0-9a-f]{7,40}\b")  # with a digit and a letter (checke
 # Only text holding this can hold a UUID; it opens with a literal, so the check is a fast C scan.
 _UUID_HINT_RE = re.compile(r"-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-")
 _UUID_RE = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I)
-_ISSUE_RE = re.compile(r"(?i)(?=[pitbm#])(?:\b(?:PR|pull request|issue|ticket|bug|MR)\s*#?\s*\d{1,7}\b|(?<![\w&#])#\d{2,7}\b)")
+_ISSUE_RE = re.compile(r"(?i)(?=[pitbm#])(?:\b(?:PR|pull request|issue|ticket|bug|MR)\s*+(?:#\s*+)?\d{1,7}\b|(?<![\w&#])#\d{2,7}\b)")
 _VERSION_RE = re.compile(r"(?=[v\d])(?:(?<![\w.])v?\d+\.\d+(?:\.\d+)+(?:[-+][\w.]+)?\b|\bv\d+\.\d+\b)")
 # Codes such as booking references (ZFA04Y), tickets (OPS-1234), user ids (mia_li_3668).
 _CODE_RE = re.compile(

@@ -79,7 +79,10 @@ _FAILED_RE = re.compile(r" → (?:exit (?!0$)-?\d+|failed)$")
 
 _LINE_RE = re.compile(rf"^- #(\d+) ({'|'.join(sorted(_KIND_OF, key=len, reverse=True))}): (.+)$")
 _COVERAGE_RE = re.compile(r"^Messages #(\d+)–#(\d+) of this conversation were compacted\b.*$")
-_HEADER_RE = re.compile(r"^\s*#{1,4}\s*\**\s*(.+?)\s*\**\s*:?\s*$")
+# The title steps over runs of blanks and stars whole and the end is read without going back (the shortest title
+# never ends inside such a run): the plain `(.+?)\s*\**\s*:?\s*$` tried every split of a run of blanks, 19 s for
+# a summary line of 400 (a small model that loops writes such lines).
+_HEADER_RE = re.compile(r"^\s*#{1,4}\s*\**\s*(.(?:[^\S\n]++|\*++|[^\s*])*?)\s*+\**+\s*+:?+\s*+$")
 _NONE_RE = re.compile(r"^\s*(?:[-*]\s*)?(?:none|n/a|nothing)\.?\s*$", re.I)
 _SECTION_ORDER = [title for title, _ in SECTIONS]
 _SECTION_ORDER_LOWERED = [(title, title.lower()) for title in _SECTION_ORDER]

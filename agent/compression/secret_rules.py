@@ -276,9 +276,11 @@ _PROSE_CUES = (
     r"access[ _-]?key|private[ _-]?key|token|credentials?|key"
 )
 _PROSE_GATES = ("pass", "pw", "pin", "secret", "api", "access", "private", "token", "credential", "key")
+# A value never starts with a blank: each run of blanks is taken whole (two runs that could share the same blanks
+# tried every split of them, seconds for a cue followed by a few thousand spaces).
 _PROSE_SEP = (
     r"(?P<sep>\s*(?::|=|：|＝)\s*|\s+(?:is|was|is now|will be|would be|has been changed to|was changed to|"
-    r"changed to|set to|reset to|updated to)\s*:?\s+|\s+(?=[^\s]*\d))"
+    r"changed to|set to|reset to|updated to)(?:\s*+:)?\s++|\s+(?=[^\s]*\d))"
 )
 
 _ZH_GATES = ("登录密码", "密码", "口令", "密钥", "秘钥", "私钥", "访问令牌", "令牌", "授权码")

@@ -1,0 +1,127 @@
+"""Patterns rewritten to take time linear in their text find what their plain forms found, and the texts that
+made the plain forms quadratic or worse are read at once: the prose cue of the redactor, the issue and path
+finders of the evidence ledger, the ledger's section headers in a summary, and memory's "remember that …".
+
+The plain forms below are the patterns as they were before the rewrite: a reference, small inputs only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agent import memory
+from agent.compression import fact_patterns, ledger
+from agent.compression.evidence import clear_fact_cache, facts_of_message
+from agent.compression.redact import redact_secrets
+from agent.compression.secret_rules import RULES
+
+EXAMPLES = int(os.environ.get("CONCORD_HYPOTHESIS_EXAMPLES", "300"))
+
+PLAIN_ISSUE = re.compile(r"(?i)(?=[pitbm#])(?:\b(?:PR|pull request|issue|ticket|bug|MR)\s*#?\s*\d{1,7}\b|"
+                         r"(?<![\w&#])#\d{2,7}\b)")
+PLAIN_HEADER = re.compile(r"^\s*#{1,4}\s*\**\s*(.+?)\s*\**\s*:?\s*$")
+PLAIN_REMEMBER = re.compile(r"(?im)^\s*(?:please\s+)?remember(?:\s+that)?\s*[:,]?\s+(.{3,500}?)\s*$")
+PLAIN_PATH_START = r"(?:(?:~|\.{1,2})?/(?:[\w.+@-]+/)*[\w.+@-]+(?:/[\w.+@-]+)+/?"
+PATH_START_NOW = r"(?:(?:~|\.{1,2})?/[\w.+@-]++(?:/[\w.+@-]++)++/?"
+PLAIN_PROSE_TAIL = r"updated to)\s*:?\s+|"
+PROSE_TAIL_NOW = r"updated to)(?:\s*+:)?\s++|"
+
+
+def _texts(*pieces: str, size: int = 30) -> st.SearchStrategy[str]:
+    return st.lists(st.sampled_from(pieces), max_size=size).map("".join)
+
+
+def _spans(pattern: re.Pattern[str], text: str) -> list[tuple[int, int, tuple[str | None, ...]]]:
+    return [(m.start(), m.end(), m.groups()) for m in pattern.finditer(text)]
+
+
+def _plain(pattern: re.Pattern[str], now: str, plain: str) -> re.Pattern[str]:
+    assert now in pattern.pattern  # the reference is built from the pattern as it is
+    return re.compile(pattern.pattern.replace(now, plain), pattern.flags)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(_texts("password", "my password", " is", " was", " set to", " updated to", ":", " ", "  ", "\t", "\n", "\"",
+              "Hunter22", "s3cr3t!", "x", "1", "is"))
+def test_the_prose_cue_finds_what_its_plain_form_found(text: str) -> None:
+    rule = next(r for r in RULES if r.name == "prose_cue")
+    plain = _plain(rule.pattern, PROSE_TAIL_NOW, PLAIN_PROSE_TAIL)
+    folded = text.lower()
+    assert _spans(rule.pattern, folded) == _spans(plain, folded)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(_texts("PR", "pr", "issue", "pull request", "#", " ", "  ", "\t", "\n", "1", "12", "1234567", "12345678", "a",
+              "&", "bug"))
+def test_the_issue_finder_finds_what_its_plain_form_found(text: str) -> None:
+    assert _spans(fact_patterns._ISSUE_RE, text) == _spans(PLAIN_ISSUE, text)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(_texts("/", "~", ".", "..", "a", "b.py", "x-y", "@", "+", "src", "/usr", "bin/", "#", " ", size=14))
+def test_the_path_finder_accepts_what_its_plain_form_accepted(text: str) -> None:
+    plain = _plain(fact_patterns._PATH_RE, PATH_START_NOW, PLAIN_PATH_START)
+    assert bool(fact_patterns._PATH_RE.fullmatch(text)) == bool(plain.fullmatch(text))
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(_texts("#", "##", "#####", " ", "  ", "\t", "*", "**", ":", "Goal", "a", "b c", "Relevant Files", "x*y",
+              size=14))
+def test_a_summary_header_reads_as_with_its_plain_form(line: str) -> None:
+    now, plain = ledger._HEADER_RE.match(line), PLAIN_HEADER.match(line)
+    assert (now and now.group(1)) == (plain and plain.group(1))
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(_texts("remember", "Remember", "please ", "that", " that", ":", ",", " ", "  ", "\t", "\n", "\r\n", "ab",
+              "x", "milk", "thatcher", "REMEMBER THAT"))
+def test_remember_finds_the_facts_its_plain_form_found(text: str) -> None:
+    now = [m.group(1) for m in memory._REMEMBER.finditer(text)]
+    plain = [m.group(1) for m in PLAIN_REMEMBER.finditer(text)]
+    assert not any(fact[:1].isspace() for fact in now)
+    # The one difference: where a fact shorter than 3 non-blank characters followed the cue, the plain form
+    # padded it with the blanks before it (then the rewrite reads the line another way, or not at all).
+    if not any(fact[:1].isspace() for fact in plain):
+        assert now == plain
+
+
+def test_remember_still_reads_a_request() -> None:
+    text = "hi\nPlease remember that:   my cat is called Miso  \nremember, tea no sugar\nremember:  ok"
+    assert [m.group(1) for m in memory._REMEMBER.finditer(text)] == ["my cat is called Miso", "tea no sugar"]
+
+
+def _at_once(read: object, text: str) -> None:
+    # A hang guard, not a speed goal: the plain forms took 10 s to minutes on these texts (cubic or worse in the
+    # run of blanks); linear takes milliseconds, so the bound is far from both.
+    started = time.perf_counter()
+    read(text)  # type: ignore[operator]
+    assert time.perf_counter() - started < 10.0
+
+
+@pytest.mark.parametrize("text", [
+    pytest.param("remember" + " " * 4_000 + "x" * 600, id="remember, blanks, a line too long"),
+    pytest.param("\n" * 30_000 + "remember", id="remember after blank lines"),
+])
+def test_remember_reads_hostile_messages_at_once(text: str) -> None:
+    _at_once(lambda t: list(memory._REMEMBER.finditer(t)), text)
+
+
+def test_a_summary_line_of_blanks_is_read_at_once() -> None:
+    _at_once(ledger._HEADER_RE.match, "# a" + " " * 20_000 + "b")
+
+
+@pytest.mark.parametrize("text", [
+    pytest.param("my password is" + " " * 30_000 + "!", id="a password cue before blanks"),
+    pytest.param("PR 1 PR" + " " * 30_000 + "x", id="an issue cue before blanks"),
+    pytest.param("see /" + "a/" * 10_000 + "a# done", id="a path of ten thousand segments"),
+])
+def test_texts_that_were_quadratic_are_read_at_once(text: str) -> None:
+    clear_fact_cache()
+    _at_once(redact_secrets, text)
+    _at_once(lambda t: facts_of_message({"role": "tool", "content": t}, 1), text)
