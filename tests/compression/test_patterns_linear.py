@@ -1,6 +1,7 @@
 """Patterns rewritten to take time linear in their text find what their plain forms found, and the texts that
-made the plain forms quadratic or worse are read at once: the prose cue of the redactor, the issue and path
-finders of the evidence ledger, the ledger's section headers in a summary, and memory's "remember that …".
+made the plain forms quadratic or worse are read at once: the redactor's cut-off PEM key, Chinese and prose
+cues, the issue and path finders of the evidence ledger, the ledger's section headers in a summary, and
+memory's "remember that …".
 
 The plain forms below are the patterns as they were before the rewrite: a reference, small inputs only.
 """
@@ -8,8 +9,12 @@ The plain forms below are the patterns as they were before the rewrite: a refere
 from __future__ import annotations
 
 import os
+import random
 import re
+import string
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 import pytest
 from hypothesis import given, settings
@@ -31,6 +36,13 @@ PLAIN_PATH_START = r"(?:(?:~|\.{1,2})?/(?:[\w.+@-]+/)*[\w.+@-]+(?:/[\w.+@-]+)+/?
 PATH_START_NOW = r"(?:(?:~|\.{1,2})?/[\w.+@-]++(?:/[\w.+@-]++)++/?"
 PLAIN_PROSE_TAIL = r"updated to)\s*:?\s+|"
 PROSE_TAIL_NOW = r"updated to)(?:\s*+:)?\s++|"
+PLAIN_PEM_TAIL = re.compile(
+    r"(?:[A-Za-z0-9+/=]{16,}[ \t]*\r?\n)+-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----", re.ASCII)
+PLAIN_ZH_SEP = r"(?P<sep>\s*(?:(?:是|为|改成|改为|设为|设置为|换成|换为)\s*[:：]?|[:：=＝])?\s*)"
+ZH_SEP_NOW = r"(?P<sep>\s*+(?:(?:是|为|改成|改为|设为|设置为|换成|换为)\s*+(?:[:：]\s*+)?|[:：=＝]\s*+)?)"
+RULE = {rule.name: rule for rule in RULES}
+T = TypeVar("T")
+_BASE64 = string.ascii_letters + string.digits + "+/="
 
 
 def _texts(*pieces: str, size: int = 30) -> st.SearchStrategy[str]:
@@ -47,10 +59,34 @@ def _plain(pattern: re.Pattern[str], now: str, plain: str) -> re.Pattern[str]:
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
+@given(_texts("QUJD", "ZGVmZ2hpamtsbW5vcA==", "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC", "a", "+/", "=", " ", "\t", "\n",
+              "\r\n", "key: ", "-", "-----END RSA PRIVATE KEY-----", "-----END PRIVATE KEY-----",
+              "-----END CERTIFICATE-----", "-----END OPENSSH PRIVATE KEY-----\n", "-----END EC PRIVATE KEY BLOCK-----",
+              "x-----END ", size=40))
+def test_the_pem_tail_rule_finds_what_its_plain_form_found(text: str) -> None:
+    assert _spans(RULE["pem_private_key_tail"].pattern, text) == _spans(PLAIN_PEM_TAIL, text)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(_texts("密码", "口令", "登录密码", "是", "为", "改成", "设置为", ":", "：", "=", "＝", " ", "\t", "\n", "  ", "\"",
+              "「", "Hunter22", "abc", "s3cr3t!#", ".", "x", "密码是", "密码："))
+def test_the_chinese_cue_rule_finds_what_its_plain_form_found(text: str) -> None:
+    rule = RULE["chinese_cue"].pattern
+    assert _spans(rule, text) == _spans(_plain(rule, ZH_SEP_NOW, PLAIN_ZH_SEP), text)
+
+
+def test_a_wrapped_private_key_tail_is_still_redacted_whole() -> None:
+    body = "\n".join(["MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7"] * 3)
+    text = f"the file ends with\n{body}\n-----END PRIVATE KEY-----\nand that is all"
+    redacted = redact_secrets(text)
+    assert "MIIEvQ" not in redacted and redacted.startswith("the file ends with\n") and "that is all" in redacted
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
 @given(_texts("password", "my password", " is", " was", " set to", " updated to", ":", " ", "  ", "\t", "\n", "\"",
               "Hunter22", "s3cr3t!", "x", "1", "is"))
 def test_the_prose_cue_finds_what_its_plain_form_found(text: str) -> None:
-    rule = next(r for r in RULES if r.name == "prose_cue")
+    rule = RULE["prose_cue"]
     plain = _plain(rule.pattern, PROSE_TAIL_NOW, PLAIN_PROSE_TAIL)
     folded = text.lower()
     assert _spans(rule.pattern, folded) == _spans(plain, folded)
@@ -96,12 +132,13 @@ def test_remember_still_reads_a_request() -> None:
     assert [m.group(1) for m in memory._REMEMBER.finditer(text)] == ["my cat is called Miso", "tea no sugar"]
 
 
-def _at_once(read: object, text: str) -> None:
+def _at_once(read: Callable[[str], T], text: str) -> T:
     # A hang guard, not a speed goal: the plain forms took 10 s to minutes on these texts (cubic or worse in the
     # run of blanks); linear takes milliseconds, so the bound is far from both.
     started = time.perf_counter()
-    read(text)  # type: ignore[operator]
+    result = read(text)
     assert time.perf_counter() - started < 10.0
+    return result
 
 
 @pytest.mark.parametrize("text", [
@@ -114,6 +151,25 @@ def test_remember_reads_hostile_messages_at_once(text: str) -> None:
 
 def test_a_summary_line_of_blanks_is_read_at_once() -> None:
     _at_once(ledger._HEADER_RE.match, "# a" + " " * 20_000 + "b")
+
+
+def _base64(n: int, seed: int) -> str:
+    rng = random.Random(seed)
+    return "".join(rng.choice(_BASE64) for _ in range(n))
+
+
+def _wrapped(text: str, width: int = 76) -> str:
+    return "\n".join(text[i : i + width] for i in range(0, len(text), width))
+
+
+@pytest.mark.parametrize("text", [
+    pytest.param("-----END CERTIFICATE-----\n" + _base64(80_000, 1), id="one base64 line after an END line"),
+    pytest.param(_wrapped(_base64(80_000, 2)) + "\n-----END CERTIFICATE-----\n",
+                 id="a wrapped base64 file before a certificate's END"),
+    pytest.param("密码" + " " * 40_000 + "\n口令是" + "\t" * 40_000, id="password cues in Chinese followed by blanks"),
+])
+def test_secrets_texts_that_were_quadratic_are_redacted_at_once(text: str) -> None:
+    assert _at_once(redact_secrets, text) == text
 
 
 @pytest.mark.parametrize("text", [
