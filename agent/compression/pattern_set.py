@@ -29,7 +29,6 @@ __all__ = ["PatternSet"]
 log = logging.getLogger(__name__)
 
 _CACHE_NAME = "hyperscan"
-_PREFIX = "hyperscan-"
 _DIGEST_SIZE = 32
 
 
@@ -88,9 +87,9 @@ class PatternSet:
 
 
 def _file_name(what: str, version: str, expressions: Sequence[bytes], flags: Sequence[int]) -> str:
-    """``hyperscan-<what>-<digest of what the set is compiled from>.db``."""
+    """``<what>-<digest of what the set is compiled from>.db`` (in the cache's ``hyperscan`` directory)."""
     digest = hashlib.blake2b(repr((version, "block", list(expressions), list(flags))).encode(), digest_size=16)
-    return f"{_PREFIX}{_slug(what)}-{digest.hexdigest()}.db"
+    return f"{_slug(what)}-{digest.hexdigest()}.db"
 
 
 def _slug(what: str) -> str:

@@ -50,7 +50,7 @@ def _compile(expressions: list[str] = EXPRESSIONS) -> PatternSet:
 def test_a_set_is_compiled_once_and_loaded_after(own_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     compiles = _compiles(monkeypatch)
     first = _compile()
-    kept = list(own_cache.glob("hyperscan-test-set-*.db"))
+    kept = list(own_cache.glob("test-set-*.db"))
     assert len(kept) == 1 and compiles == [1]
     second = _compile()
     assert compiles == [1]
@@ -73,7 +73,7 @@ def test_another_process_loads_the_kept_set(own_cache: Path) -> None:
 def test_a_damaged_or_refused_file_is_compiled_again(own_cache: Path, monkeypatch: pytest.MonkeyPatch,
                                                      damage: str) -> None:
     _compile()
-    (path,) = own_cache.glob("hyperscan-test-set-*.db")
+    (path,) = own_cache.glob("test-set-*.db")
     data = path.read_bytes()
     if damage == "flipped byte":
         data = data[:-100] + bytes([data[-100] ^ 0xFF]) + data[-99:]
@@ -95,7 +95,7 @@ def test_a_damaged_or_refused_file_is_compiled_again(own_cache: Path, monkeypatc
 def test_other_expressions_replace_the_kept_set(own_cache: Path) -> None:
     _compile()
     changed = _compile([*EXPRESSIONS, "fatal"])
-    kept = list(own_cache.glob("hyperscan-test-set-*.db"))
+    kept = list(own_cache.glob("test-set-*.db"))
     assert len(kept) == 1
     assert sorted(changed.occurring(TEXT + " fatal")) == [0, 1, 2, 3]
 
@@ -122,7 +122,7 @@ def test_systemds_cache_directory_comes_first(tmp_path: Path, monkeypatch: pytes
 
 def test_the_file_name_follows_what_the_set_is_made_of() -> None:
     name = pattern_set._file_name("evidence gates", "0.9.1", [b"a", b"b"], [0, 0])
-    assert name.startswith("hyperscan-evidence-gates-") and name.endswith(".db")
+    assert name.startswith("evidence-gates-") and name.endswith(".db")
     assert name != pattern_set._file_name("evidence gates", "0.9.2", [b"a", b"b"], [0, 0])
     assert name != pattern_set._file_name("evidence gates", "0.9.1", [b"a", b"c"], [0, 0])
     assert name != pattern_set._file_name("evidence gates", "0.9.1", [b"a", b"b"], [0, 1])
