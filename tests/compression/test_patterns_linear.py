@@ -1,13 +1,14 @@
 """Patterns rewritten to take time linear in their text find what their plain forms found, and the texts that
 made the plain forms quadratic or worse are read at once: the redactor's cut-off PEM key, Chinese and prose
-cues, the issue and path finders of the evidence ledger, the ledger's section headers in a summary, and
-memory's "remember that …".
+cues, the issue, path and number finders and the error lines of the evidence ledger, the ledger's section headers in
+a summary, and memory's "remember that …".
 
 The plain forms below are the patterns as they were before the rewrite: a reference, small inputs only.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from agent import memory
@@ -40,6 +41,12 @@ PLAIN_PEM_TAIL = re.compile(
     r"(?:[A-Za-z0-9+/=]{16,}[ \t]*\r?\n)+-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----", re.ASCII)
 PLAIN_ZH_SEP = r"(?P<sep>\s*(?:(?:是|为|改成|改为|设为|设置为|换成|换为)\s*[:：]?|[:：=＝])?\s*)"
 ZH_SEP_NOW = r"(?P<sep>\s*+(?:(?:是|为|改成|改为|设为|设置为|换成|换为)\s*+(?:[:：]\s*+)?|[:：=＝]\s*+)?)"
+PLAIN_NUMBER = re.compile(rf"(?=[$€£¥\d])(?:[$€£¥]\s?\d[\d,]*(?:\.\d+)?\b"
+                          rf"|(?<![\w.])\d[\d,]*(?:\.\d+)?\s?(?:{fact_patterns._UNITS})(?![A-Za-z]))")
+ERROR_MARGIN_NOW, PLAIN_ERROR_MARGIN = r"^\s*+(?:E\s++)?+(?:", r"^\s*(?:E\s+)?(?:"
+ERROR_PREFIX_NOW = rf"[^\s\d]{fact_patterns._AT_ERROR}|\d(?<!\d\d)(?<!\S:\d)\d*+{fact_patterns._AT_ERROR}"
+PLAIN_ERROR_PREFIX = r"\S:(?:\d+:)*\s(?:fatal\s)?error:\s"
+ERROR_AFTER_MARGIN_NOW = r"|(?<=\s)\.\.\.\s(?:FAIL|ERROR)$"
 RULE = {rule.name: rule for rule in RULES}
 T = TypeVar("T")
 _BASE64 = string.ascii_letters + string.digits + "+/="
@@ -100,6 +107,34 @@ def test_the_issue_finder_finds_what_its_plain_form_found(text: str) -> None:
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
+@given(_texts("1", "12", "٣", ",", ".", ".5", " ", "\n", "$", "€ ", "$1,", "1,", "ms", "5ms", "s", "%", "秒", "a", "_", "e"))
+@example("$1,5ms")  # an amount ends inside a run, a measure starts after it
+@example("$1.5,3ms")
+@example("a1,2ms, x,5ms, .1,,2%")
+def test_the_number_finder_finds_what_its_plain_form_found(text: str) -> None:
+    spans = [m.span(group) for m in fact_patterns._NUMBER_RE.finditer(text) for group in ("amount", "then", "measure")
+             if m.start(group) >= 0]
+    assert spans == [m.span() for m in PLAIN_NUMBER.finditer(text)]
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(_texts(" ", "  ", "\t", "\n", "E", "E ", "error", "error:", " error: ", "Error", "ERROR", "fatal ", ":", "::", "1",
+              "12", "1:", "٣", "a", "x.", ".", "...", "... FAIL", "... ERROR", " ... FAIL", "FAIL", "FAILED", "(", "ValueError",
+              "command not found", "npm ERR!", "--- FAIL: ", "E: ", "\r", size=16))
+@example(" ... FAIL")  # the blank before "..." is the margin's
+@example("E\t... ERROR")
+@example("\n... FAIL")
+@example("12:3: error: x")
+@example("a:1::1:1: error: x")
+@example("x 1:22:3: fatal error: x")
+def test_an_error_line_reads_as_with_its_plain_form(line: str) -> None:
+    plain = _plain(_plain(_plain(fact_patterns.ERROR_RE, ERROR_MARGIN_NOW, PLAIN_ERROR_MARGIN), ERROR_PREFIX_NOW,
+                          PLAIN_ERROR_PREFIX), ERROR_AFTER_MARGIN_NOW, "")
+    now, then = fact_patterns.ERROR_RE.match(line), plain.match(line)
+    assert (now and now.span()) == (then and then.span())
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
 @given(_texts("/", "~", ".", "..", "a", "b.py", "x-y", "@", "+", "src", "/usr", "bin/", "#", " ", size=14))
 def test_the_path_finder_accepts_what_its_plain_form_accepted(text: str) -> None:
     plain = _plain(fact_patterns._PATH_RE, PATH_START_NOW, PLAIN_PATH_START)
@@ -133,8 +168,8 @@ def test_remember_still_reads_a_request() -> None:
 
 
 def _at_once(read: Callable[[str], T], text: str) -> T:
-    # A hang guard, not a speed goal: the plain forms took 10 s to minutes on these texts (cubic or worse in the
-    # run of blanks); linear takes milliseconds, so the bound is far from both.
+    # A hang guard, not a speed goal: the plain forms took 10 s to minutes on these texts (the quadratic ones are long
+    # enough for 30 s or more); linear takes milliseconds, so the bound is far from both.
     started = time.perf_counter()
     result = read(text)
     assert time.perf_counter() - started < 10.0
@@ -181,3 +216,24 @@ def test_texts_that_were_quadratic_are_read_at_once(text: str) -> None:
     clear_fact_cache()
     _at_once(redact_secrets, text)
     _at_once(lambda t: facts_of_message({"role": "tool", "content": t}, 1), text)
+
+
+@pytest.mark.parametrize("text", [
+    pytest.param("took 5 ms: [" + ",".join(str(i % 10) for i in range(16_000)) + "]", id="a JSON array of ints"),
+    pytest.param(" " * 9_000 + "1:" * 5_000 + "x Error", id="blanks, then a chain of line numbers, on one line"),
+])
+def test_evidence_texts_that_were_quadratic_are_read_at_once(text: str) -> None:
+    clear_fact_cache()
+    _at_once(lambda t: facts_of_message({"role": "tool", "content": t}, 1), text)
+
+
+@pytest.mark.parametrize("result", [
+    pytest.param(" " * 32_000, id="a line of blanks"),
+    pytest.param("1:" * 32_000, id="a chain of line numbers"),
+])
+def test_a_commands_result_is_read_at_once(result: str) -> None:
+    call = {"id": "c1", "function": {"name": "bash", "arguments": json.dumps({"command": "make test"})}}
+    clear_fact_cache()
+    facts = _at_once(lambda r: facts_of_message({"role": "assistant", "content": "", "tool_calls": [call]}, 1,
+                                                {"c1": r}), result)
+    assert ("command", "make test → ran") in [(fact.kind, fact.text) for fact in facts]
