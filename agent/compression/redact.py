@@ -33,7 +33,7 @@ _SECRET_GROUPS = ("s", "s1", "s2")
 def apply_rule(rule: Rule, text: str) -> str:
     """``text`` with every accepted match of ``rule`` redacted: no gate, no anchor, a plain scan."""
     haystack = fold_ascii(text) if rule.folded else text
-    return _redact_matches(rule, text, rule.pattern.finditer(haystack))
+    return _redact_matches(rule, text, rule.finditer(haystack))
 
 
 def _gate_starts(gates: Iterable[str], haystack: str) -> list[int]:
@@ -130,10 +130,10 @@ def _redact_readable(text: str) -> str:
         if rule.anchored:
             # Gates found in the text before an earlier rule redacted part of it: a superset of those left.
             matches: Iterable[re.Match[str]] = _anchored_matches(rule, haystack, present[index])
-        elif rule.pattern.search(haystack) is None:  # the common case, without building an iterator
+        elif rule.find is None and rule.pattern.search(haystack) is None:  # the common case, without an iterator
             continue
         else:
-            matches = rule.pattern.finditer(haystack)
+            matches = rule.finditer(haystack)
         redacted = _redact_matches(rule, text, matches)
         if redacted is not text:
             text, folded = redacted, None

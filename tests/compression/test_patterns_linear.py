@@ -1,9 +1,10 @@
 """Patterns rewritten to take time linear in their text find what their plain forms found, and the texts that
-made the plain forms quadratic or worse are read at once: the redactor's cut-off PEM key, Chinese and prose
-cues, the issue, path and number finders and the error lines of the evidence ledger, the ledger's section headers in
-a summary, and memory's "remember that …".
+made the plain forms quadratic or worse are read at once: the redactor's PEM keys (cut off, or a BEGIN line with no
+END), JWTs, URL credentials, Chinese and prose cues, the issue, path and number finders and the error lines of the
+evidence ledger, the ledger's section headers in a summary, and memory's "remember that …".
 
-The plain forms below are the patterns as they were before the rewrite: a reference, small inputs only.
+The plain forms below are the patterns as they were before the rewrite: a reference, small inputs only. A redaction
+rule with a linear `Rule.find` keeps its plain form as its pattern.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from agent import memory
 from agent.compression import fact_patterns, ledger
 from agent.compression.evidence import clear_fact_cache, facts_of_message
 from agent.compression.redact import redact_secrets
-from agent.compression.secret_rules import RULES
+from agent.compression.secret_rules import RULES, fold_ascii
 
 EXAMPLES = int(os.environ.get("CONCORD_HYPOTHESIS_EXAMPLES", "300"))
 
@@ -80,6 +81,40 @@ def test_the_pem_tail_rule_finds_what_its_plain_form_found(text: str) -> None:
 def test_the_chinese_cue_rule_finds_what_its_plain_form_found(text: str) -> None:
     rule = RULE["chinese_cue"].pattern
     assert _spans(rule, text) == _spans(_plain(rule, ZH_SEP_NOW, PLAIN_ZH_SEP), text)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(_texts("-----BEGIN PRIVATE KEY-----", "-----BEGIN RSA PRIVATE KEY-----", "-----END PRIVATE KEY-----",
+              "-----END EC PRIVATE KEY BLOCK-----", "-----END CERTIFICATE-----", "-----END ", "-----", "-", "\n", " ",
+              "MIIE", "abc+/=", "Proc-Type: 4,ENCRYPTED", "x", "END", "PRIVATE KEY-----", "-----BEGIN ", size=16))
+@example("-----END PRIVATE KEY-----\n-----BEGIN PRIVATE KEY-----\nabc")  # an END before the BEGIN
+@example("-----BEGIN A PRIVATE KEY-----END PRIVATE KEY-----")  # an END inside the BEGIN line
+@example("-----BEGIN PRIVATE KEY-----\nab\n-----BEGIN PRIVATE KEY-----\ncd\n-----END PRIVATE KEY-----\n"
+         "-----BEGIN PRIVATE KEY-----\nef")
+def test_the_private_key_rule_finds_what_its_pattern_finds(text: str) -> None:
+    rule = RULE["pem_private_key"]
+    assert _spans(rule.pattern, text) == [(m.start(), m.end(), m.groups()) for m in rule.finditer(text)]
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(_texts("eyJ", "x", "-", ".", "abcdefgh", " ", "é", "eyJabcdefgh.", "eyJabcdefgh.eyJabcdefgh.abcdefgh"))
+@example("xeyJ-eyJabcdefgh.eyJabcdefgh.abcdefgh")  # a run's first eyJ that cannot start a token
+@example("eyJ-eyJabcdefgh.eyJabcdefgh.abcdefgh")
+@example("eyJab-eyJabcdefgh.eyJabcdefgh.abcdefgh.eyJabcdefgh.eyJabcdefgh.abcdefgh")
+def test_the_jwt_rule_finds_what_its_pattern_finds(text: str) -> None:
+    rule = RULE["jwt"]
+    assert _spans(rule.pattern, text) == [(m.start(), m.end(), m.groups()) for m in rule.finditer(text)]
+
+
+@pytest.mark.parametrize("name", ["url_userinfo", "url_token_userinfo"])
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(text=_texts("a", "B", "1", ".", "+", "_", "://", ":", "@", "/", " ", "é", "u:pwd@", "abcdefghijklmnopq@"))
+@example(text="_a.b://u:pwd@x")  # a scheme's first letter that cannot start a match
+@example(text="1a+b-c://abcdefghijklmnopq@x")
+@example(text="x.y://a.b://u:pwd@")
+def test_a_url_rule_finds_what_its_pattern_finds(name: str, text: str) -> None:
+    rule, folded = RULE[name], fold_ascii(text)
+    assert _spans(rule.pattern, folded) == [(m.start(), m.end(), m.groups()) for m in rule.finditer(folded)]
 
 
 def test_a_wrapped_private_key_tail_is_still_redacted_whole() -> None:
@@ -198,6 +233,8 @@ def _wrapped(text: str, width: int = 76) -> str:
 
 
 @pytest.mark.parametrize("text", [
+    pytest.param("eyJ-" * 64_000, id="a run of eyJ- (a JWT's start, over and over)"),
+    pytest.param("a." * 64_000 + "://", id="a URL scheme of 128,000 characters"),
     pytest.param("-----END CERTIFICATE-----\n" + _base64(80_000, 1), id="one base64 line after an END line"),
     pytest.param(_wrapped(_base64(80_000, 2)) + "\n-----END CERTIFICATE-----\n",
                  id="a wrapped base64 file before a certificate's END"),
@@ -216,6 +253,11 @@ def test_texts_that_were_quadratic_are_read_at_once(text: str) -> None:
     clear_fact_cache()
     _at_once(redact_secrets, text)
     _at_once(lambda t: facts_of_message({"role": "tool", "content": t}, 1), text)
+
+
+def test_private_key_begin_lines_without_an_end_are_redacted_at_once() -> None:
+    text = "-----END PRIVATE KEY-----\n" + "-----BEGIN PRIVATE KEY-----\n" * 12_000
+    assert _at_once(redact_secrets, text) == "-----END PRIVATE KEY-----\n" + "[REDACTED]\n" * 12_000
 
 
 @pytest.mark.parametrize("text", [
