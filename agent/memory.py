@@ -58,8 +58,10 @@ _SAFE_ID = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 # could share blanks in every split, 18 s for "remember" and 400 spaces before a long line (any user can send
 # that). The one difference: a fact of fewer than 3 non-blank characters is no longer padded with blanks to 3.
 _REMEMBER = re.compile(r"(?im)^[^\S\n]*+(?:please\s++)?remember(?:\s++that)?(?:\s*+[:,])?\s++(?=\S)(.{3,500}?)\s*$")
-# An entry's citation: ``<!-- from discord:42 in inbound:discord:3000::10001 -->`` ends its line.
-_CITE = re.compile(r"[ \t]*<!-- from (\S*) in (\S*) -->[ \t]*$", re.MULTILINE)
+# An entry's citation: ``<!-- from discord:42 in inbound:discord:3000::10001 -->`` ends its line. Tried from a run of
+# blanks' start only, the run taken whole: from every blank, each read the rest of the run, 1.5 s for a line of
+# 32,000 blanks.
+_CITE = re.compile(r"(?<![ \t])[ \t]*+<!-- from (\S*) in (\S*) -->[ \t]*$", re.MULTILINE)
 
 
 class MemoryFull(Exception):

@@ -69,7 +69,8 @@ _PER_MESSAGE_HEAD = 4_000
 _PER_MESSAGE_TAIL = 1_500
 _CUT_MARGIN = 1_024
 _FOCUS_CHARS = 300
-_THINK_RE = re.compile(r"<(think|thinking|reasoning)>.*?</\1>", re.S | re.I)
+_THINK_OPEN = re.compile(r"<(think|thinking|reasoning)>", re.I)
+_THINK_RE = re.compile(_THINK_OPEN.pattern + r".*?</\1>", re.S | re.I)
 
 
 class EmptySummary(ValueError):
@@ -260,13 +261,30 @@ def find_latest_summary(messages: Sequence[Message]) -> str | None:
     return None
 
 
+def _without_reasoning(text: str) -> str:
+    """``text`` without its reasoning blocks: what ``_THINK_RE.sub("", text)`` gives, a block that never closes looked
+    for once per spelling of its opening tag (every "<think>" read on to the end of the text looking for its close,
+    1 s for 32,000 characters of them)."""
+    kept, at, unclosed = [], 0, set()
+    for opening in _THINK_OPEN.finditer(text):
+        if opening.start() < at or opening.group(1) in unclosed:
+            continue
+        block = _THINK_RE.match(text, opening.start())
+        if block is None:
+            unclosed.add(opening.group(1))
+        else:
+            kept.append(text[at : block.start()])
+            at = block.end()
+    return "".join(kept) + text[at:]
+
+
 def clean_summary_output(raw: Any) -> str:
     """Usable summary body from model output: reasoning blocks and echoed wrappers removed, secrets redacted.
 
     Raises `EmptySummary` when nothing is left.
     """
     text = raw if isinstance(raw, str) else ""
-    text = _THINK_RE.sub("", text)
+    text = _without_reasoning(text)
     text = text.replace(SUMMARY_END_MARKER, "").replace(SUMMARY_PREFIX, "").strip()
     if not text:
         raise EmptySummary("the summary model returned an empty summary")

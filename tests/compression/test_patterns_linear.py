@@ -1,7 +1,8 @@
 """Patterns rewritten to take time linear in their text find what their plain forms found, and the texts that
 made the plain forms quadratic or worse are read at once: the redactor's PEM keys (cut off, or a BEGIN line with no
 END), JWTs, URL credentials, Chinese and prose cues, the issue, path and number finders and the error lines of the
-evidence ledger, the ledger's section headers in a summary, and memory's "remember that …".
+evidence ledger, the ledger's section headers in a summary, memory's "remember that …" and its citations, a heading's
+closing hashes for Telegram, Ollama's num_ctx, an HTML error body's tags and a summary's reasoning blocks.
 
 The plain forms below are the patterns as they were before the rewrite: a reference, small inputs only. A redaction
 rule with a linear `Rule.find` keeps its plain form as its pattern.
@@ -22,11 +23,13 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from adapters import telegram_format
 from agent import memory
-from agent.compression import fact_patterns, ledger
+from agent.compression import fact_patterns, ledger, summary
 from agent.compression.evidence import clear_fact_cache, facts_of_message
 from agent.compression.redact import redact_secrets
 from agent.compression.secret_rules import RULES, fold_ascii
+from agent.llm import classify, window_probe
 
 EXAMPLES = int(os.environ.get("CONCORD_HYPOTHESIS_EXAMPLES", "300"))
 
@@ -48,6 +51,9 @@ ERROR_MARGIN_NOW, PLAIN_ERROR_MARGIN = r"^\s*+(?:E\s++)?+(?:", r"^\s*(?:E\s+)?(?
 ERROR_PREFIX_NOW = rf"[^\s\d]{fact_patterns._AT_ERROR}|\d(?<!\d\d)(?<!\S:\d)\d*+{fact_patterns._AT_ERROR}"
 PLAIN_ERROR_PREFIX = r"\S:(?:\d+:)*\s(?:fatal\s)?error:\s"
 ERROR_AFTER_MARGIN_NOW = r"|(?<=\s)\.\.\.\s(?:FAIL|ERROR)$"
+CITE_NOW, PLAIN_CITE = r"(?<![ \t])[ \t]*+<!--", r"[ \t]*<!--"
+HEADING_CLOSE_NOW, PLAIN_HEADING_CLOSE = r"(?<![ \t])[ \t]++#++[ \t]*+$", r"[ \t]+#+[ \t]*$"
+NUM_CTX_NOW, PLAIN_NUM_CTX = r"(?:\A|(?<=\S)[^\S\n]*+\n)\s*+num_ctx", r"^\s*num_ctx"
 RULE = {rule.name: rule for rule in RULES}
 T = TypeVar("T")
 _BASE64 = string.ascii_letters + string.digits + "+/="
@@ -202,6 +208,40 @@ def test_remember_still_reads_a_request() -> None:
     assert [m.group(1) for m in memory._REMEMBER.finditer(text)] == ["my cat is called Miso", "tea no sugar"]
 
 
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(_texts("<!-- from ", "a", " in ", "b:1", " -->", " ", "\t", "\n", "x", "<!--", "-->", "- tea"))
+def test_a_memory_citation_is_found_as_with_its_plain_form(text: str) -> None:
+    assert _spans(memory._CITE, text) == _spans(_plain(memory._CITE, CITE_NOW, PLAIN_CITE), text)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(_texts(" ", "\t", "#", "##", "a", "\n", "x#"))
+def test_a_headings_closing_hashes_are_found_as_with_their_plain_form(text: str) -> None:
+    plain = _plain(telegram_format._HEADING_CLOSE, HEADING_CLOSE_NOW, PLAIN_HEADING_CLOSE)
+    assert _spans(telegram_format._HEADING_CLOSE, text) == _spans(plain, text)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(_texts("num_ctx", " ", "\t", "\n", "5", "12", "x", "\r", "\u2028", " num_ctx 8\n", "stop", size=14))
+def test_num_ctx_reads_the_number_its_plain_form_read(text: str) -> None:
+    # The match may start earlier (at the blanks before its line); what is read from it is the same.
+    now, plain = window_probe._NUM_CTX.search(text), _plain(window_probe._NUM_CTX, NUM_CTX_NOW, PLAIN_NUM_CTX).search(text)
+    assert (now and (now.group(1), now.end())) == (plain and (plain.group(1), plain.end()))
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(_texts("<", ">", "a", "<b>", " ", "</", "\n"))
+def test_an_error_bodys_tags_are_squashed_as_before(text: str) -> None:
+    assert classify._squash(text) == " ".join(re.sub(r"<[^>]+>", " ", text).split())
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(_texts("<think>", "</think>", "<THINK>", "</Think>", "<thinking>", "</thinking>", "<reasoning>", "</reasoning>",
+              "<reaſoning>", "</reaſoning>", "x", " ", "\n", "<", ">"))
+def test_a_summarys_reasoning_blocks_are_removed_as_before(text: str) -> None:
+    assert summary._without_reasoning(text) == summary._THINK_RE.sub("", text)
+
+
 def _at_once(read: Callable[[str], T], text: str) -> T:
     # A hang guard, not a speed goal: the plain forms took 10 s to minutes on these texts (the quadratic ones are long
     # enough for 30 s or more); linear takes milliseconds, so the bound is far from both.
@@ -279,3 +319,14 @@ def test_a_commands_result_is_read_at_once(result: str) -> None:
     facts = _at_once(lambda r: facts_of_message({"role": "assistant", "content": "", "tool_calls": [call]}, 1,
                                                 {"c1": r}), result)
     assert ("command", "make test → ran") in [(fact.kind, fact.text) for fact in facts]
+
+
+@pytest.mark.parametrize(("read", "text"), [
+    pytest.param(memory._entry, "- a" + " " * 160_000 + "x", id="a memory line of blanks"),
+    pytest.param(telegram_format.markdown_to_telegram_html, "# a" + " " * 64_000 + "x", id="a heading of blanks"),
+    pytest.param(window_probe._NUM_CTX.search, "\n" * 128_000 + "x", id="Ollama parameters of blank lines"),
+    pytest.param(classify.parse_error_body, "<" * 200_000, id="an error body of unclosed tags"),
+    pytest.param(summary.clean_summary_output, "<think>" * 30_000 + "a summary", id="a summary of unclosed reasoning"),
+])
+def test_other_texts_that_were_quadratic_are_read_at_once(read: Callable[[str], object], text: str) -> None:
+    _at_once(read, text)
