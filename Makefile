@@ -27,7 +27,7 @@ run: $(STAMP)
 	@$(BIN)/concord run || { status=$$?; [ $$status -eq 2 ] && [ -t 0 ] || exit $$status; }
 
 # Most tests wait on subprocesses, sockets and timers rather than compute: three pytest-xdist workers keep two
-# cores busy (23 minutes in one process on 2 cores, 13 in three). TEST_WORKERS=0 runs the suite in this process.
+# cores busy (23 minutes in one process on 2 cores, 8 in three). TEST_WORKERS=0 runs the suite in this process.
 TEST_WORKERS ?= 3
 
 # The llama.cpp integration tests' model comes out of a wheel, with no compiler involved (model_file.py).
