@@ -61,7 +61,11 @@ def tool_calls_of(message: Message) -> list[Mapping[str, Any]]:
     """The well-formed tool calls of an assistant message (entries that are not dicts are ignored)."""
     if message.get("role") != "assistant":
         return []
-    return [c for c in (message.get("tool_calls") or ()) if isinstance(c, Mapping)]
+    calls = message.get("tool_calls")
+    if not calls:
+        return []
+    # (A dict is checked first: the Mapping check is an ABC lookup, and every stage asks this of every message.)
+    return [c for c in calls if type(c) is dict or isinstance(c, Mapping)]
 
 
 def tool_call_ids(message: Message) -> list[str]:
