@@ -61,6 +61,7 @@ from agent.compression.evidence import (
 )
 from agent.compression.fact_patterns import SCANNERS, STAGES
 from agent.compression.messages import content_text
+from agent.compression.prune import adopt_line, clear_prune_cache, remember_pruned
 from agent.compression.summary import serialize_unredacted
 from agent.lru import LruCache
 from agent.tokens import TokenCounter, key_digest
@@ -69,8 +70,8 @@ __all__ = ["FORMAT_VERSION", "RECORD_MIN_CHARS", "adopt_records", "forget_prepar
 
 _KIND_INDEX = {kind: i for i, kind in enumerate(FACT_KINDS)}
 # A record's fields, in order: version, encoding, fact key digest, block key digest, gates, block tokens,
-# unredacted, then the facts of each stage.
-_FIELDS = 7 + len(STAGES)
+# unredacted, the facts of each stage, then the pruned one-liner (null, or its key's digest and the line).
+_FIELDS = 8 + len(STAGES)
 _SCANNER_BIT = {scanner.name: 1 << i for i, scanner in enumerate(SCANNERS)}
 # The records this process made or has read, by their hash: the gateway hands a session's records to every
 # compaction of it, and one already read (or made here) is not read again — what it says is in the caches, or
@@ -133,10 +134,12 @@ def prepare_records(messages: Sequence[Mapping[str, Any]], counter: TokenCounter
     does."""
     facts = remember_facts(messages, counter)
     blocks = remember_blocks(messages, counter)
+    lines = remember_pruned(messages)
     if FORMAT_VERSION is None:
         return [None] * len(messages)
     records: list[str | None] = []
-    for message, (fact_key, entry), (key, (block, block_tokens)) in zip(messages, facts, blocks, strict=True):
+    for message, (fact_key, entry), (key, (block, block_tokens)), line in zip(messages, facts, blocks, lines,
+                                                                             strict=True):
         if min_chars and not (message.get("tool_calls") or message.get("role") == "tool"
                               or len(content_text(message)) >= min_chars):
             records.append(None)
@@ -145,8 +148,9 @@ def prepare_records(messages: Sequence[Mapping[str, Any]], counter: TokenCounter
                   for found in (entry.first, entry.paths or (), entry.values or ())]
         gates = sum(_SCANNER_BIT[name] for name in entry.present)
         unredacted = int(serialize_unredacted(message) == block)
+        pruned = None if line is None else [key_digest(line[0]), line[1]]
         records.append(_dumps([FORMAT_VERSION, counter.encoding_name, key_digest(fact_key), key_digest(key),
-                               gates, block_tokens, unredacted, *stages]))
+                               gates, block_tokens, unredacted, *stages, pruned]))
     for record in records:
         if record is not None:
             _SEEN.put(hash(record), True)
@@ -166,15 +170,20 @@ def _take(record: str, encoding: str) -> bool:
         return False
     if not (isinstance(data, list) and len(data) == _FIELDS and data[0] == FORMAT_VERSION and data[1] == encoding):
         return False
-    _, _, facts_key, key, gates, block_tokens, unredacted, *stages = data
+    _, _, facts_key, key, gates, block_tokens, unredacted, *stages, pruned = data
     if not (isinstance(facts_key, str) and isinstance(key, str) and _is_count(block_tokens)
             and _is_count(unredacted) and unredacted <= 1):
+        return False
+    if pruned is not None and not (type(pruned) is list and len(pruned) == 2
+                                   and all(type(item) is str for item in pruned)):
         return False
     facts = _facts(gates, stages)
     if facts is None:
         return False
     adopt_facts(facts_key, facts[0], facts[1], encoding)
     adopt_block(key, block_tokens, bool(unredacted))
+    if pruned is not None:
+        adopt_line(*pruned)
     return True
 
 
@@ -237,4 +246,5 @@ def forget_prepared() -> None:
     benchmarks; a long-running process only ever evicts)."""
     clear_fact_cache()
     clear_block_cache()
+    clear_prune_cache()
     _SEEN.clear()

@@ -8,6 +8,13 @@ Three passes over the messages before ``protect_from`` (the tail stays verbatim)
   (c) oversized tool-call arguments are shrunk inside the parsed JSON, so they stay valid JSON; arguments
       that do not parse become a valid JSON stub (a provider 400s on them on every later request).
 The last user message and the last assistant message with text are never touched, wherever they are.
+
+What (b) and (c) make of one message never changes: a result's one-liner depends only on its text, its name and
+the call that produced it, a call's check only on its arguments. Both are kept per message in bounded caches, as
+its token count, facts and summary block are, and prepared when the message is stored (`remember_pruned`, from
+`ContextCompressor.on_messages_stored`): a compaction of a long session looks them up instead of reading every
+old tool output and parsing every call's arguments again. After a restart the prepared records bring the
+one-liners back (`adopt_line`; `agent.compression.prepared`).
 """
 
 from __future__ import annotations
@@ -20,7 +27,8 @@ from typing import Any
 from agent.compression.boundaries import anchor_indices, walk_tail
 from agent.compression.describe import describe_tool_result
 from agent.compression.messages import Message, content_text, is_image_part, parse_arguments, tool_calls_of
-from agent.tokens import TokenCounter
+from agent.lru import LruCache
+from agent.tokens import INLINE_KEY_CHARS, TokenCounter, key_digest, text_key
 
 __all__ = [
     "ARGUMENTS_MAX_CHARS",
@@ -28,8 +36,13 @@ __all__ = [
     "IMAGE_PLACEHOLDER",
     "PRUNE_MIN_CHARS",
     "PruneResult",
+    "adopt_line",
+    "clear_prune_cache",
     "find_prune_boundary",
+    "line_key",
     "prune_messages",
+    "remember_pruned",
+    "result_line",
     "shrink_arguments",
 ]
 
@@ -39,6 +52,15 @@ IMAGE_PLACEHOLDER = "[image removed from an earlier tool result]"
 ARGUMENTS_MAX_CHARS = 2_000
 _STRING_KEEP = 300
 _LIST_KEEP = 20
+PRUNE_CACHE_ENTRIES = 50_000
+# A result's one-liner by `line_key`; a call's arguments (their `text_key`) → what `shrink_arguments` makes of
+# them, `_KEEP` for "as they are" (a smaller JSON text is never empty).
+_LINES: LruCache[tuple[Any, ...], str] = LruCache(PRUNE_CACHE_ENTRIES)
+_ARGUMENTS: LruCache[str | bytes, str] = LruCache(PRUNE_CACHE_ENTRIES)
+_KEEP = ""
+# One-liners adopted from prepared records, by the `key_digest` of their `line_key`: a result whose key has that
+# digest takes its line when pruning first looks it up (only the results a compaction prunes are checked).
+_ADOPTED: LruCache[str, str] = LruCache(PRUNE_CACHE_ENTRIES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +107,19 @@ def _shrink_value(value: Any) -> Any:
     return value
 
 
+def _shrunk(raw: Any) -> str | None:
+    """`shrink_arguments`, kept per arguments text."""
+    if not isinstance(raw, str):
+        return shrink_arguments(raw)
+    key = raw if len(raw) <= INLINE_KEY_CHARS else text_key(raw)
+    known = _ARGUMENTS.get(key)
+    if known is None:
+        smaller = shrink_arguments(raw)
+        _ARGUMENTS.put(key, _KEEP if smaller is None else smaller)
+        return smaller
+    return known or None
+
+
 def shrink_arguments(raw: Any) -> str | None:
     """A smaller, still valid JSON string for oversized or unparsable ``arguments``; None to keep them as they are."""
     try:
@@ -103,13 +138,87 @@ def _shrink_calls(message: Message) -> dict[str, Any] | None:
     new_calls: list[Any] = []
     for call in calls:
         fn = call.get("function") if isinstance(call, Mapping) else None
-        smaller = shrink_arguments(fn.get("arguments")) if isinstance(fn, Mapping) else None
+        smaller = _shrunk(fn.get("arguments")) if isinstance(fn, Mapping) else None
         if smaller is None:
             new_calls.append(call)
             continue
         changed = True
         new_calls.append({**call, "function": {**fn, "arguments": smaller}})
     return {**message, "tool_calls": new_calls} if changed else None
+
+
+def line_key(call: Mapping[str, Any] | None, name: Any, text: str) -> tuple[Any, ...] | None:
+    """What the one-liner of a result ``text`` named ``name`` and produced by ``call`` depends on, hashable (texts
+    past `INLINE_KEY_CHARS` by their digest); None where a call's arguments are not a text (not kept)."""
+    fn = call.get("function") if isinstance(call, Mapping) else None
+    if fn and not isinstance(fn, Mapping):
+        return None
+    fn = fn or {}
+    raw = fn.get("arguments", "{}")
+    if not isinstance(raw, str):
+        return None
+    return (str(fn.get("name") or name or "tool"), text_key(raw), text_key(text))
+
+
+def result_line(call: Mapping[str, Any] | None, name: Any, text: str) -> str:
+    """`describe_tool_result`, kept per result (see the module's docstring)."""
+    key = line_key(call, name, text)
+    if key is None:
+        return describe_tool_result(call, name, text)
+    line = _LINES.get(key)
+    if line is None:
+        line = _ADOPTED.get(key_digest(key)) if len(_ADOPTED) else None
+        if line is None:
+            line = describe_tool_result(call, name, text)
+        _LINES.put(key, line)
+    return line
+
+
+def _calls_by_id(messages: Sequence[Message]) -> dict[str, Mapping[str, Any]]:
+    calls: dict[str, Mapping[str, Any]] = {}
+    for message in messages:
+        for call in tool_calls_of(message):
+            if call.get("id"):
+                calls[str(call["id"])] = call
+    return calls
+
+
+def remember_pruned(messages: Sequence[Message]) -> list[tuple[tuple[Any, ...], str] | None]:
+    """Prepare what pruning makes of ``messages`` now (a caller storing messages as they come: the gateway, after
+    a turn), so a later compaction only looks it up: each long result's one-liner and each call's check. Returns,
+    per message, the one-liner that would replace it with its `line_key` (None: no long tool result, or one whose
+    call's arguments are not a text). A result's call is looked up among ``messages``, so pass a call with its
+    results."""
+    calls = _calls_by_id(messages)
+    lines: list[tuple[tuple[Any, ...], str] | None] = []
+    for message in messages:
+        keyed = None
+        if message.get("role") == "tool":
+            text = content_text(message)
+            call, name = calls.get(str(message.get("tool_call_id"))), message.get("name")
+            key = line_key(call, name, text) if len(text) > PRUNE_MIN_CHARS else None
+            if key is not None:
+                keyed = key, result_line(call, name, text)
+        else:
+            for call in tool_calls_of(message):
+                fn = call.get("function")
+                if isinstance(fn, Mapping):
+                    _shrunk(fn.get("arguments"))
+        lines.append(keyed)
+    return lines
+
+
+def adopt_line(digest: str, line: str) -> None:
+    """Keep a one-liner adopted from a prepared record: that of the result whose `line_key` has the `key_digest`
+    ``digest`` (taken when pruning first looks it up)."""
+    _ADOPTED.put(digest, line)
+
+
+def clear_prune_cache() -> None:
+    """Forget every one-liner and check, adopted ones too (as a restarted process would have)."""
+    _LINES.clear()
+    _ARGUMENTS.clear()
+    _ADOPTED.clear()
 
 
 def _strip_images(content: list[Any]) -> list[Any]:
@@ -121,11 +230,7 @@ def prune_messages(messages: Sequence[Message], protect_from: int) -> PruneResul
     out: list[dict[str, Any]] = [m if isinstance(m, dict) else dict(m) for m in messages]
     protect_from = max(0, min(protect_from, len(out)))
     frozen = anchor_indices(out)
-    calls: dict[str, Mapping[str, Any]] = {}
-    for message in out:
-        for call in tool_calls_of(message):
-            if call.get("id"):
-                calls[str(call["id"])] = call
+    calls = _calls_by_id(out)
 
     deduplicated = summarized = images = shrunk = 0
     seen: set[str] = set()
@@ -145,7 +250,7 @@ def prune_messages(messages: Sequence[Message], protect_from: int) -> PruneResul
         content = message.get("content")
         text = content_text(message)
         line = (
-            describe_tool_result(calls.get(str(message.get("tool_call_id"))), message.get("name"), text)
+            result_line(calls.get(str(message.get("tool_call_id"))), message.get("name"), text)
             if len(text) > PRUNE_MIN_CHARS
             else ""
         )

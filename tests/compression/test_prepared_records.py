@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.compression import blocks, evidence, prepared
+from agent.compression import blocks, evidence, prepared, prune
 from agent.compression.blocks import remember_blocks, summary_block
 from agent.compression.engine import CompressionResult, ContextEngine
 from agent.compression.evidence import Fact, extract_facts, fact_tokens, remember_facts
@@ -187,9 +187,10 @@ def test_a_compaction_after_a_restart_takes_what_the_records_hold(monkeypatch: p
     _forget()
     serialized.clear()
     scanned = _counting(monkeypatch, evidence, "_text_facts")
+    described = _counting(monkeypatch, prune, "describe_tool_result")
     adopted = _compress(messages, 8_000, token_counts=counts, prepared=records)
     assert adopted == cold and adopted[0].compressed
-    assert scanned == []
+    assert scanned == [] and described == []
     # Only the blocks of what pruning rewrote are made again; the stored messages' come from their records.
     assert len(serialized) < made // 2
 
@@ -316,7 +317,8 @@ def test_a_malformed_record_is_ignored(bad: str) -> None:
 @pytest.mark.parametrize(("index", "value"), [
     (0, "another-version"), (1, "cl100k_base"), (2, 7), (4, -1), (4, True), (4, 1 << 40), (5, -3), (5, 1.5), (6, 2),
     (6, True), (7, "first"), (7, [[99, "src/old.py", 3]]), (7, [[0, 5, 3]]), (7, [[0, "Never push", -1]]),
-    (7, [[0, "Never push"]]), (8, None),
+    (7, [[0, "Never push"]]), (8, None), (-1, "a line"), (-1, ["digest"]), (-1, ["digest", 3]),
+    (-1, [None, "a line"]), (-1, ["digest", "a line", "more"]),
 ], ids=lambda v: repr(v)[:20])
 def test_a_record_with_a_field_out_of_place_is_ignored(index: int, value: Any) -> None:
     messages = _session()

@@ -10,15 +10,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.compression import describe, evidence
+from agent.compression import describe, evidence, prune
 from agent.compression.describe import search_exit
 from agent.compression.messages import content_text
 from agent.compression.prune import (
     ARGUMENTS_MAX_CHARS,
     DUPLICATE_NOTE,
     IMAGE_PLACEHOLDER,
+    clear_prune_cache,
     find_prune_boundary,
     prune_messages,
+    remember_pruned,
     shrink_arguments,
 )
 from agent.tokens import get_counter
@@ -177,3 +179,56 @@ def test_an_exit_status_is_found_where_the_pattern_alone_finds_it_in_the_corpus(
         for pattern in (describe._EXIT_RE, evidence._EXIT_RE):
             fast, slow = search_exit(pattern, text), pattern.search(text)
             assert (fast and (fast.span(), fast.groups())) == (slow and (slow.span(), slow.groups()))
+
+
+# ----- what pruning makes of a message, kept per message ----------------------------------------------------------
+
+def _session_with(command: str, output: str, name: str = "terminal") -> list[dict]:
+    return [system(), user("run it"), call("c1", name, {"command": command}), result("c1", output), *_tail()]
+
+
+def _refusing(*args: object) -> str:
+    raise AssertionError("described again although the line was kept")
+
+
+def test_a_stored_results_line_is_looked_up_not_described_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    clear_prune_cache()
+    messages = _session_with("make test", "ok\n" * 200 + "exit code 0")
+    fresh = prune_messages(messages, protect_from=4)
+    clear_prune_cache()
+    lines = remember_pruned(messages)
+    assert [line is not None for line in lines] == [False, False, False, True, False, False]
+    monkeypatch.setattr(prune, "describe_tool_result", _refusing)
+    monkeypatch.setattr(prune, "shrink_arguments", _refusing)
+    assert prune_messages(messages, protect_from=4) == fresh
+    assert lines[3] is not None and fresh.messages[3]["content"] == lines[3][1]
+
+
+@pytest.mark.parametrize(("changed", "expected"), [
+    (_session_with("make lint", "ok\n" * 200 + "exit code 0"), "[terminal] ran `make lint` -> exit 0"),
+    (_session_with("make test", "ok\n" * 200 + "exit code 2"), "[terminal] ran `make test` -> exit 2"),
+    (_session_with("make test", "ok\n" * 200 + "exit code 0", name="read_file"), "[read_file]"),
+], ids=["the call's arguments", "the result's text", "the tool's name"])
+def test_a_line_kept_for_one_result_is_never_given_to_another(changed: list[dict], expected: str) -> None:
+    clear_prune_cache()
+    remember_pruned(_session_with("make test", "ok\n" * 200 + "exit code 0"))
+    line = prune_messages(changed, protect_from=4).messages[3]["content"]
+    assert line.startswith(expected)
+    clear_prune_cache()
+    assert prune_messages(changed, protect_from=4).messages[3]["content"] == line
+
+
+def test_kept_checks_of_arguments_shrink_and_repair_as_the_first_did() -> None:
+    clear_prune_cache()
+    big = json.dumps({"path": "src/app.py", "content": "x" * 5_000})
+    broken = '{"path": "a.py", "content": "unterminated'
+    messages = [system(), user("write"), call("c1", "write_file", big), result("c1", "ok"),
+                call("c2", "write_file", broken), result("c2", "ok"), call("c3", "read_file", {"path": "a.py"}),
+                result("c3", "fine"), *_tail()]
+    first = prune_messages(messages, protect_from=8)
+    assert first.arguments_shrunk == 2
+    again = prune_messages(messages, protect_from=8)
+    assert again == first
+    clear_prune_cache()
+    remember_pruned(messages)
+    assert prune_messages(messages, protect_from=8) == first
