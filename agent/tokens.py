@@ -200,6 +200,10 @@ class TokenCounter:
         self._cache.put(count_key(message), value)
         return value
 
+    def remember(self, message: Mapping[str, Any], tokens: int) -> None:
+        """Keep ``tokens`` as the count of ``message``: counted before, by this encoding (a prepared record's)."""
+        self._cache.put(count_key(message), tokens)
+
     def count_message(self, message: Mapping[str, Any]) -> int:
         """Exact tokens of one chat message including framing, tool calls and a flat cost per image."""
         key = count_key(message)

@@ -26,7 +26,7 @@ from agent.lru import LruCache
 from agent.tokens import TokenCounter, key_digest, text_key
 
 __all__ = ["BLOCK_CACHE_CHARS", "BLOCK_CACHE_ENTRIES", "Block", "adopt_block", "block_key", "clear_block_cache",
-           "remember_blocks", "summary_block"]
+           "keep_block", "remember_blocks", "summary_block"]
 
 BLOCK_CACHE_ENTRIES = 50_000
 BLOCK_CACHE_CHARS = 24_000_000
@@ -93,6 +93,14 @@ def adopt_block(digest: str, tokens: int, unredacted: bool) -> None:
     ``digest``, ``tokens`` long, its text the message's `serialize_unredacted` where ``unredacted``, else its
     `serialize_message` (taken when the message is first looked up, see `_ADOPTED`)."""
     _ADOPTED.put(digest, (tokens, unredacted))
+
+
+def keep_block(message: Message, encoding: str, tokens: int, unredacted: bool) -> None:
+    """Keep the block of ``message`` whose count under ``encoding`` a prepared record gave (``tokens``; its text the
+    message's `serialize_unredacted` where ``unredacted``, else its `serialize_message`): a message the compaction
+    has just made from a record's text (a pruned result's one-liner), so no digest is checked."""
+    text = serialize_unredacted(message) if unredacted else serialize_message(message)
+    _CACHE.put(block_key(message, encoding), (text, tokens))
 
 
 def clear_block_cache() -> None:

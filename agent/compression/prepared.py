@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from agent import jsonlimits, lru, tokens
-from agent.compression.blocks import adopt_block, clear_block_cache, remember_blocks
+from agent.compression.blocks import adopt_block, clear_block_cache, remember_blocks, summary_block
 from agent.compression.evidence import (
     FACT_KINDS,
     MessageFacts,
@@ -70,7 +70,8 @@ __all__ = ["FORMAT_VERSION", "RECORD_MIN_CHARS", "adopt_records", "forget_prepar
 
 _KIND_INDEX = {kind: i for i, kind in enumerate(FACT_KINDS)}
 # A record's fields, in order: version, encoding, fact key digest, block key digest, gates, block tokens,
-# unredacted, the facts of each stage, then the pruned one-liner (null, or its key's digest and the line).
+# unredacted, the facts of each stage, then what pruning makes of a long tool result (null, or its one-liner's key
+# digest, the line, the pruned message's token count, its block's count and whether that block is unredacted).
 _FIELDS = 8 + len(STAGES)
 _SCANNER_BIT = {scanner.name: 1 << i for i, scanner in enumerate(SCANNERS)}
 # The records this process made or has read, by their hash: the gateway hands a session's records to every
@@ -148,13 +149,21 @@ def prepare_records(messages: Sequence[Mapping[str, Any]], counter: TokenCounter
                   for found in (entry.first, entry.paths or (), entry.values or ())]
         gates = sum(_SCANNER_BIT[name] for name in entry.present)
         unredacted = int(serialize_unredacted(message) == block)
-        pruned = None if line is None else [key_digest(line[0]), line[1]]
+        pruned = None if line is None else [key_digest(line[0]), line[1], *_pruned_counts(message, line[1], counter)]
         records.append(_dumps([FORMAT_VERSION, counter.encoding_name, key_digest(fact_key), key_digest(key),
                                gates, block_tokens, unredacted, *stages, pruned]))
     for record in records:
         if record is not None:
             _SEEN.put(hash(record), True)
     return records
+
+
+def _pruned_counts(message: Mapping[str, Any], line: str, counter: TokenCounter) -> tuple[int, int, int]:
+    """The token count of what ``message`` becomes when pruning replaces its text by ``line``, its block's count
+    and whether that block is its `serialize_unredacted` (each kept in the caches as a compaction would)."""
+    pruned = {**message, "content": line}
+    block, block_tokens = summary_block(pruned, counter)
+    return counter.count_message(pruned), block_tokens, int(serialize_unredacted(pruned) == block)
 
 
 def _is_count(value: object) -> bool:
@@ -174,8 +183,9 @@ def _take(record: str, encoding: str) -> bool:
     if not (isinstance(facts_key, str) and isinstance(key, str) and _is_count(block_tokens)
             and _is_count(unredacted) and unredacted <= 1):
         return False
-    if pruned is not None and not (type(pruned) is list and len(pruned) == 2
-                                   and all(type(item) is str for item in pruned)):
+    if pruned is not None and not (type(pruned) is list and len(pruned) == 5 and type(pruned[0]) is str
+                                   and type(pruned[1]) is str and _is_count(pruned[2]) and _is_count(pruned[3])
+                                   and pruned[4] in (0, 1) and type(pruned[4]) is int):
         return False
     facts = _facts(gates, stages)
     if facts is None:
@@ -183,7 +193,8 @@ def _take(record: str, encoding: str) -> bool:
     adopt_facts(facts_key, facts[0], facts[1], encoding)
     adopt_block(key, block_tokens, bool(unredacted))
     if pruned is not None:
-        adopt_line(*pruned)
+        digest, line, tokens, line_block_tokens, line_unredacted = pruned
+        adopt_line(digest, line, (encoding, tokens, line_block_tokens, bool(line_unredacted)))
     return True
 
 

@@ -24,11 +24,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agent.compression.blocks import keep_block
 from agent.compression.boundaries import anchor_indices, walk_tail
 from agent.compression.describe import describe_tool_result
 from agent.compression.messages import Message, content_text, is_image_part, parse_arguments, tool_calls_of
 from agent.lru import LruCache
-from agent.tokens import INLINE_KEY_CHARS, TokenCounter, key_digest, text_key
+from agent.tokens import INLINE_KEY_CHARS, TokenCounter, get_counter, key_digest, text_key
 
 __all__ = [
     "ARGUMENTS_MAX_CHARS",
@@ -58,9 +59,13 @@ PRUNE_CACHE_ENTRIES = 50_000
 _LINES: LruCache[tuple[Any, ...], str] = LruCache(PRUNE_CACHE_ENTRIES)
 _ARGUMENTS: LruCache[str | bytes, str] = LruCache(PRUNE_CACHE_ENTRIES)
 _KEEP = ""
-# One-liners adopted from prepared records, by the `key_digest` of their `line_key`: a result whose key has that
-# digest takes its line when pruning first looks it up (only the results a compaction prunes are checked).
-_ADOPTED: LruCache[str, str] = LruCache(PRUNE_CACHE_ENTRIES)
+# What a prepared record says of the message a result becomes (its content the one-liner): the encoding, its token
+# count, its summary block's count and whether that block is its `serialize_unredacted`.
+FormCounts = tuple[str, int, int, bool]
+# One-liners adopted from prepared records, by the `key_digest` of their `line_key`, with the counts of the pruned
+# message: a result whose key has that digest takes them when pruning first looks it up (only the results a
+# compaction prunes are checked), and the pruned message is then neither tokenized nor serialized again.
+_ADOPTED: LruCache[str, tuple[str, FormCounts]] = LruCache(PRUNE_CACHE_ENTRIES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,16 +167,28 @@ def line_key(call: Mapping[str, Any] | None, name: Any, text: str) -> tuple[Any,
 
 def result_line(call: Mapping[str, Any] | None, name: Any, text: str) -> str:
     """`describe_tool_result`, kept per result (see the module's docstring)."""
+    return _line(call, name, text)[0]
+
+
+def _line(call: Mapping[str, Any] | None, name: Any, text: str) -> tuple[str, FormCounts | None]:
+    """`result_line`, and the counts of the pruned message where the line was just taken from a record."""
     key = line_key(call, name, text)
     if key is None:
-        return describe_tool_result(call, name, text)
+        return describe_tool_result(call, name, text), None
     line = _LINES.get(key)
-    if line is None:
-        line = _ADOPTED.get(key_digest(key)) if len(_ADOPTED) else None
-        if line is None:
-            line = describe_tool_result(call, name, text)
-        _LINES.put(key, line)
-    return line
+    if line is not None:
+        return line, None
+    adopted = _ADOPTED.get(key_digest(key)) if len(_ADOPTED) else None
+    line, counts = adopted if adopted is not None else (describe_tool_result(call, name, text), None)
+    _LINES.put(key, line)
+    return line, counts
+
+
+def _keep_counts(message: Message, counts: FormCounts) -> None:
+    """Keep what a record said of a pruned ``message``: its token count and its summary block's."""
+    encoding, tokens, block_tokens, unredacted = counts
+    get_counter(encoding).remember(message, tokens)
+    keep_block(message, encoding, block_tokens, unredacted)
 
 
 def _calls_by_id(messages: Sequence[Message]) -> dict[str, Mapping[str, Any]]:
@@ -208,10 +225,10 @@ def remember_pruned(messages: Sequence[Message]) -> list[tuple[tuple[Any, ...], 
     return lines
 
 
-def adopt_line(digest: str, line: str) -> None:
+def adopt_line(digest: str, line: str, counts: FormCounts) -> None:
     """Keep a one-liner adopted from a prepared record: that of the result whose `line_key` has the `key_digest`
-    ``digest`` (taken when pruning first looks it up)."""
-    _ADOPTED.put(digest, line)
+    ``digest``, with the ``counts`` of the message the result becomes (taken when pruning first looks it up)."""
+    _ADOPTED.put(digest, (line, counts))
 
 
 def clear_prune_cache() -> None:
@@ -249,13 +266,15 @@ def prune_messages(messages: Sequence[Message], protect_from: int) -> PruneResul
             continue
         content = message.get("content")
         text = content_text(message)
-        line = (
-            result_line(calls.get(str(message.get("tool_call_id"))), message.get("name"), text)
+        line, counts = (
+            _line(calls.get(str(message.get("tool_call_id"))), message.get("name"), text)
             if len(text) > PRUNE_MIN_CHARS
-            else ""
+            else ("", None)
         )
         if line and len(line) < len(text):
             out[i] = {**message, "content": line}
+            if counts is not None:
+                _keep_counts(out[i], counts)
             summarized += 1
         elif isinstance(content, list) and any(is_image_part(p) for p in content):
             out[i] = {**message, "content": _strip_images(content)}
