@@ -12,7 +12,10 @@ A record is a JSON list: format version, encoding, the digests (`agent.tokens.ke
 fact-cache key and of its block key, the finders whose gates occur in its text (bit i: ``SCANNERS[i]``), its
 block's token count, whether the block is its `serialize_unredacted`, then its facts in each of
 `fact_patterns.STAGES` as ``[kind index, text, token count]``: whatever makes the adopted
-`evidence.MessageFacts` equal the computed one. The block's text is not stored but rebuilt from the message:
+`evidence.MessageFacts` equal the computed one; and for a long tool result, what pruning makes of it
+(`agent.compression.prune`): the digest of its one-liner's key, the line, and the token count, block count and
+unredacted flag of the message the result becomes — a compaction after a restart neither reads the old output
+again nor tokenizes the line. The block's text is not stored but rebuilt from the message:
 where redaction changed nothing (nearly every message) as `serialize_unredacted`, which costs no redaction,
 else as `serialize_message`, which costs the redaction but still no tokenizing (the corpus's 63,008 messages
 have 5 such blocks; storing their texts would make those records as large as the messages, for little time).
@@ -27,16 +30,16 @@ What a record says is used only where it is exactly what computing it would give
   process must not lend their version to what the loaded code makes); where a source cannot be read, records
   are neither made nor adopted. An upgrade invalidates every record, which is only slower;
 * its encoding is the counter's (block and fact counts depend on it);
-* a message takes the facts, or the block, only when the digest of its own key, as the message is now, is the
-  record's. The keys hold everything the facts or the block are made of: role, text, each call's arguments, and
-  for the facts each call's result (looked up among the messages handed over, as `evidence.remember_facts`
-  does). So a record made for another text, other arguments, or a result since changed or erased is never
+* a message takes the facts, the block, or the one-liner, only when the digest of its own key, as the message is
+  now, is the record's. The keys hold everything each is made of: role, text, each call's arguments, for the
+  facts each call's result (looked up among the messages handed over, as `evidence.remember_facts` does), and
+  for a result's one-liner the name and arguments of the call that produced it. So a record made for another text, other arguments, or a result since changed or erased is never
   taken, and that message is computed as it would be without records. The facts and the block are checked
   apart: an erased result voids a call's facts, not its block, which does not show the result.
 
-Adopted records wait in the caches under those digests (`evidence.adopt_facts`, `blocks.adopt_block`) and a
-message takes its own when a compaction first looks it up: checking and rebuilding is paid only for what the
-compaction reads (a long middle's newest blocks), not for every message handed over.
+Adopted records wait in the caches under those digests (`evidence.adopt_facts`, `blocks.adopt_block`,
+`prune.adopt_line`) and a message takes its own when a compaction first looks it up: checking and rebuilding is
+paid only for what the compaction reads (a long middle's newest blocks), not for every message handed over.
 """
 from __future__ import annotations
 
