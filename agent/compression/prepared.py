@@ -64,7 +64,7 @@ from agent.compression.evidence import (
 )
 from agent.compression.fact_patterns import SCANNERS, STAGES
 from agent.compression.messages import content_text
-from agent.compression.prune import adopt_line, clear_prune_cache, remember_pruned
+from agent.compression.prune import adopt_arguments, adopt_line, clear_prune_cache, remember_pruned
 from agent.compression.summary import serialize_unredacted
 from agent.lru import LruCache
 from agent.tokens import TokenCounter, key_digest
@@ -73,8 +73,9 @@ __all__ = ["FORMAT_VERSION", "RECORD_MIN_CHARS", "adopt_records", "forget_prepar
 
 _KIND_INDEX = {kind: i for i, kind in enumerate(FACT_KINDS)}
 # A record's fields, in order: version, encoding, fact key digest, block key digest, gates, block tokens,
-# unredacted, the facts of each stage, then what pruning makes of a long tool result (null, or its one-liner's key
-# digest, the line, the pruned message's token count, its block's count and whether that block is unredacted).
+# unredacted, the facts of each stage, then what pruning makes of the message (null, or the digest of the key it
+# depends on, a result's one-liner or each call's arguments, the pruned message's token count, its block's count
+# and whether that block is unredacted).
 _FIELDS = 8 + len(STAGES)
 _SCANNER_BIT = {scanner.name: 1 << i for i, scanner in enumerate(SCANNERS)}
 # The records this process made or has read, by their hash: the gateway hands a session's records to every
@@ -138,11 +139,11 @@ def prepare_records(messages: Sequence[Mapping[str, Any]], counter: TokenCounter
     does."""
     facts = remember_facts(messages, counter)
     blocks = remember_blocks(messages, counter)
-    lines = remember_pruned(messages)
+    forms = remember_pruned(messages)
     if FORMAT_VERSION is None:
         return [None] * len(messages)
     records: list[str | None] = []
-    for message, (fact_key, entry), (key, (block, block_tokens)), line in zip(messages, facts, blocks, lines,
+    for message, (fact_key, entry), (key, (block, block_tokens)), form in zip(messages, facts, blocks, forms,
                                                                              strict=True):
         if min_chars and not (message.get("tool_calls") or message.get("role") == "tool"
                               or len(content_text(message)) >= min_chars):
@@ -152,7 +153,8 @@ def prepare_records(messages: Sequence[Mapping[str, Any]], counter: TokenCounter
                   for found in (entry.first, entry.paths or (), entry.values or ())]
         gates = sum(_SCANNER_BIT[name] for name in entry.present)
         unredacted = int(serialize_unredacted(message) == block)
-        pruned = None if line is None else [key_digest(line[0]), line[1], *_pruned_counts(message, line[1], counter)]
+        pruned = None if form is None else [key_digest(form.key), _listed(form.replacement),
+                                            *_pruned_counts(form.message, counter)]
         records.append(_dumps([FORMAT_VERSION, counter.encoding_name, key_digest(fact_key), key_digest(key),
                                gates, block_tokens, unredacted, *stages, pruned]))
     for record in records:
@@ -161,10 +163,13 @@ def prepare_records(messages: Sequence[Mapping[str, Any]], counter: TokenCounter
     return records
 
 
-def _pruned_counts(message: Mapping[str, Any], line: str, counter: TokenCounter) -> tuple[int, int, int]:
-    """The token count of what ``message`` becomes when pruning replaces its text by ``line``, its block's count
-    and whether that block is its `serialize_unredacted` (each kept in the caches as a compaction would)."""
-    pruned = {**message, "content": line}
+def _listed(replacement: str | tuple[str | None, ...]) -> str | list[str | None]:
+    return replacement if isinstance(replacement, str) else list(replacement)
+
+
+def _pruned_counts(pruned: Mapping[str, Any], counter: TokenCounter) -> tuple[int, int, int]:
+    """The token count of a message pruning made, its block's count and whether that block is its
+    `serialize_unredacted` (each kept in the caches, as the compaction that prunes it would)."""
     block, block_tokens = summary_block(pruned, counter)
     return counter.count_message(pruned), block_tokens, int(serialize_unredacted(pruned) == block)
 
@@ -186,9 +191,7 @@ def _take(record: str, encoding: str) -> bool:
     if not (isinstance(facts_key, str) and isinstance(key, str) and _is_count(block_tokens)
             and _is_count(unredacted) and unredacted <= 1):
         return False
-    if pruned is not None and not (type(pruned) is list and len(pruned) == 5 and type(pruned[0]) is str
-                                   and type(pruned[1]) is str and _is_count(pruned[2]) and _is_count(pruned[3])
-                                   and pruned[4] in (0, 1) and type(pruned[4]) is int):
+    if pruned is not None and not _is_pruned(pruned):
         return False
     facts = _facts(gates, stages)
     if facts is None:
@@ -196,9 +199,24 @@ def _take(record: str, encoding: str) -> bool:
     adopt_facts(facts_key, facts[0], facts[1], encoding)
     adopt_block(key, block_tokens, bool(unredacted))
     if pruned is not None:
-        digest, line, tokens, line_block_tokens, line_unredacted = pruned
-        adopt_line(digest, line, (encoding, tokens, line_block_tokens, bool(line_unredacted)))
+        digest, replacement, tokens, pruned_block_tokens, pruned_unredacted = pruned
+        counts = (encoding, tokens, pruned_block_tokens, bool(pruned_unredacted))
+        if type(replacement) is str:
+            adopt_line(digest, replacement, counts)
+        else:
+            adopt_arguments(digest, tuple(replacement), counts)
     return True
+
+
+def _is_pruned(pruned: Any) -> bool:
+    """Whether a record's pruned form is well formed: [digest, a one-liner or each call's arguments, count, block
+    count, unredacted flag]."""
+    if not (type(pruned) is list and len(pruned) == 5):
+        return False
+    digest, replacement, tokens, block_tokens, unredacted = pruned
+    return (type(digest) is str and _is_count(tokens) and _is_count(block_tokens) and type(unredacted) is int
+            and unredacted in (0, 1) and (type(replacement) is str or (
+                type(replacement) is list and all(item is None or type(item) is str for item in replacement))))
 
 
 def _facts(gates: Any, stages: list[Any]) -> tuple[MessageFacts, dict[str, int]] | None:

@@ -37,7 +37,10 @@ __all__ = [
     "IMAGE_PLACEHOLDER",
     "PRUNE_MIN_CHARS",
     "PruneResult",
+    "PrunedForm",
+    "adopt_arguments",
     "adopt_line",
+    "calls_key",
     "clear_prune_cache",
     "find_prune_boundary",
     "line_key",
@@ -59,13 +62,27 @@ PRUNE_CACHE_ENTRIES = 50_000
 _LINES: LruCache[tuple[Any, ...], str] = LruCache(PRUNE_CACHE_ENTRIES)
 _ARGUMENTS: LruCache[str | bytes, str] = LruCache(PRUNE_CACHE_ENTRIES)
 _KEEP = ""
-# What a prepared record says of the message a result becomes (its content the one-liner): the encoding, its token
-# count, its summary block's count and whether that block is its `serialize_unredacted`.
+# What a prepared record says of the message pruning makes of one (a result with its one-liner, a call's message
+# with its arguments shrunk): the encoding, its token count, its summary block's count and whether that block is
+# its `serialize_unredacted`.
 FormCounts = tuple[str, int, int, bool]
-# One-liners adopted from prepared records, by the `key_digest` of their `line_key`, with the counts of the pruned
-# message: a result whose key has that digest takes them when pruning first looks it up (only the results a
-# compaction prunes are checked), and the pruned message is then neither tokenized nor serialized again.
-_ADOPTED: LruCache[str, tuple[str, FormCounts]] = LruCache(PRUNE_CACHE_ENTRIES)
+# Pruned forms adopted from prepared records, by the `key_digest` of their key, with the counts of the message they
+# make: a result's one-liner (by `line_key`), a call message's arguments, each call's (None: kept; by
+# `calls_key`). A message whose key has that digest takes them when pruning first looks it up (only what a
+# compaction prunes is checked), and the message it becomes is then neither tokenized nor serialized again.
+_ADOPTED_LINES: LruCache[str, tuple[str, FormCounts]] = LruCache(PRUNE_CACHE_ENTRIES)
+_ADOPTED_CALLS: LruCache[str, tuple[tuple[str | None, ...], FormCounts]] = LruCache(PRUNE_CACHE_ENTRIES)
+
+
+@dataclass(frozen=True, slots=True)
+class PrunedForm:
+    """What pruning makes of one message, for a prepared record: the key it depends on (`line_key` or
+    `calls_key`), what replaces the message's part (a result's one-liner, or each call's arguments, None where
+    kept) and the message it becomes."""
+
+    key: tuple[Any, ...]
+    replacement: str | tuple[str | None, ...]
+    message: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,19 +154,50 @@ def shrink_arguments(raw: Any) -> str | None:
     return json.dumps(_shrink_value(parsed), ensure_ascii=False)
 
 
+def _call_shrunk(call: Any) -> str | None:
+    fn = call.get("function") if isinstance(call, Mapping) else None
+    return _shrunk(fn.get("arguments")) if isinstance(fn, Mapping) else None
+
+
+def calls_key(message: Message) -> tuple[Any, ...] | None:
+    """What pruning an assistant message's calls depends on, hashable: each call's arguments (their `text_key`;
+    None for an entry without a function); None where a call's arguments are not a text (not kept)."""
+    key: list[Any] = []
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(fn, Mapping):
+            key.append(None)
+            continue
+        raw = fn.get("arguments")
+        if not isinstance(raw, str):
+            return None
+        key.append(text_key(raw))
+    return tuple(key)
+
+
+def _adopted_arguments(message: Message, calls: Sequence[Any]) -> tuple[tuple[str | None, ...], FormCounts] | None:
+    """What a prepared record says of the message's calls, where its key's digest is the record's."""
+    key = calls_key(message) if len(_ADOPTED_CALLS) else None
+    found = None if key is None else _ADOPTED_CALLS.get(key_digest(key))
+    # (Arguments only for calls that have a function to hold them: a record saying otherwise was not made here.)
+    if found is None or len(found[0]) != len(calls) or any(
+            arguments is not None and held is None for arguments, held in zip(found[0], key or (), strict=True)):
+        return None
+    return found
+
+
 def _shrink_calls(message: Message) -> dict[str, Any] | None:
     calls = message.get("tool_calls") or []
-    changed = False
-    new_calls: list[Any] = []
-    for call in calls:
-        fn = call.get("function") if isinstance(call, Mapping) else None
-        smaller = _shrunk(fn.get("arguments")) if isinstance(fn, Mapping) else None
-        if smaller is None:
-            new_calls.append(call)
-            continue
-        changed = True
-        new_calls.append({**call, "function": {**fn, "arguments": smaller}})
-    return {**message, "tool_calls": new_calls} if changed else None
+    adopted = _adopted_arguments(message, calls)
+    arguments = adopted[0] if adopted is not None else [_call_shrunk(call) for call in calls]
+    if all(smaller is None for smaller in arguments):
+        return None
+    shrunk = {**message, "tool_calls": [
+        call if smaller is None else {**call, "function": {**call["function"], "arguments": smaller}}
+        for call, smaller in zip(calls, arguments, strict=True)]}
+    if adopted is not None:
+        _keep_counts(shrunk, adopted[1])
+    return shrunk
 
 
 def line_key(call: Mapping[str, Any] | None, name: Any, text: str) -> tuple[Any, ...] | None:
@@ -178,7 +226,7 @@ def _line(call: Mapping[str, Any] | None, name: Any, text: str) -> tuple[str, Fo
     line = _LINES.get(key)
     if line is not None:
         return line, None
-    adopted = _ADOPTED.get(key_digest(key)) if len(_ADOPTED) else None
+    adopted = _ADOPTED_LINES.get(key_digest(key)) if len(_ADOPTED_LINES) else None
     line, counts = adopted if adopted is not None else (describe_tool_result(call, name, text), None)
     _LINES.put(key, line)
     return line, counts
@@ -200,42 +248,49 @@ def _calls_by_id(messages: Sequence[Message]) -> dict[str, Mapping[str, Any]]:
     return calls
 
 
-def remember_pruned(messages: Sequence[Message]) -> list[tuple[tuple[Any, ...], str] | None]:
+def remember_pruned(messages: Sequence[Message]) -> list[PrunedForm | None]:
     """Prepare what pruning makes of ``messages`` now (a caller storing messages as they come: the gateway, after
     a turn), so a later compaction only looks it up: each long result's one-liner and each call's check. Returns,
-    per message, the one-liner that would replace it with its `line_key` (None: no long tool result, or one whose
-    call's arguments are not a text). A result's call is looked up among ``messages``, so pass a call with its
-    results."""
+    per message, what pruning makes of it (None: nothing, or nothing that can be kept — a call's arguments that
+    are not a text). A result's call is looked up among ``messages``, so pass a call with its results."""
     calls = _calls_by_id(messages)
-    lines: list[tuple[tuple[Any, ...], str] | None] = []
+    forms: list[PrunedForm | None] = []
     for message in messages:
-        keyed = None
+        form = None
         if message.get("role") == "tool":
             text = content_text(message)
             call, name = calls.get(str(message.get("tool_call_id"))), message.get("name")
             key = line_key(call, name, text) if len(text) > PRUNE_MIN_CHARS else None
             if key is not None:
-                keyed = key, result_line(call, name, text)
-        else:
-            for call in tool_calls_of(message):
-                fn = call.get("function")
-                if isinstance(fn, Mapping):
-                    _shrunk(fn.get("arguments"))
-        lines.append(keyed)
-    return lines
+                line = result_line(call, name, text)
+                form = PrunedForm(key, line, {**message, "content": line})
+        elif message.get("role") == "assistant" and message.get("tool_calls"):
+            shrunk, key = _shrink_calls(message), calls_key(message)
+            if shrunk is not None and key is not None:
+                arguments = tuple(_call_shrunk(call) for call in message.get("tool_calls") or [])
+                form = PrunedForm(key, arguments, shrunk)
+        forms.append(form)
+    return forms
 
 
 def adopt_line(digest: str, line: str, counts: FormCounts) -> None:
     """Keep a one-liner adopted from a prepared record: that of the result whose `line_key` has the `key_digest`
     ``digest``, with the ``counts`` of the message the result becomes (taken when pruning first looks it up)."""
-    _ADOPTED.put(digest, (line, counts))
+    _ADOPTED_LINES.put(digest, (line, counts))
+
+
+def adopt_arguments(digest: str, arguments: tuple[str | None, ...], counts: FormCounts) -> None:
+    """Keep shrunk arguments adopted from a prepared record: each call's (None: kept as it is) of the message whose
+    `calls_key` has the `key_digest` ``digest``, with the ``counts`` of the message they make."""
+    _ADOPTED_CALLS.put(digest, (arguments, counts))
 
 
 def clear_prune_cache() -> None:
     """Forget every one-liner and check, adopted ones too (as a restarted process would have)."""
     _LINES.clear()
     _ARGUMENTS.clear()
-    _ADOPTED.clear()
+    _ADOPTED_LINES.clear()
+    _ADOPTED_CALLS.clear()
 
 
 def _strip_images(content: list[Any]) -> list[Any]:

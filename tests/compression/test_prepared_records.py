@@ -20,6 +20,7 @@ from agent.compression.blocks import remember_blocks, summary_block
 from agent.compression.engine import CompressionResult, ContextEngine
 from agent.compression.evidence import Fact, extract_facts, fact_tokens, remember_facts
 from agent.compression.prepared import adopt_records, forget_prepared, prepare_records
+from agent.compression.prune import ARGUMENTS_MAX_CHARS
 from agent.compression.summary import serialize_message
 from agent.tokens import TokenCounter, get_counter
 from tests.compression.helpers import (
@@ -195,6 +196,28 @@ def test_a_compaction_after_a_restart_takes_what_the_records_hold(monkeypatch: p
     assert made > 0 and serialized == []
 
 
+def test_a_compaction_after_a_restart_takes_shrunk_arguments_from_the_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    messages = coding_session(30)
+    writes: Messages = []
+    for i in range(4):  # large writes early on: pruning shrinks their arguments
+        writes += [call(f"w{i}", "write_file", {"path": f"src/m{i}.py", "content": f"x{i} = 1\n" * 2_000}),
+                   result(f"w{i}", "written")]
+    messages[2:2] = writes
+    counts = COUNTER.count_each(messages)
+    _forget()
+    cold = _compress(messages, 8_000, token_counts=counts)
+    assert cold[0].compressed
+    records = _storing().on_messages_stored(messages)
+    _forget()
+    shrunk = _counting(monkeypatch, prune, "shrink_arguments")
+    serialized = _counting(monkeypatch, blocks, "serialize_message")
+    adopted = _compress(messages, 8_000, token_counts=counts, prepared=records)
+    assert adopted == cold
+    # Small arguments are still checked (parsed); the large ones are neither parsed nor shrunk, nor is what they
+    # become serialized or tokenized again.
+    assert shrunk and all(len(raw) <= ARGUMENTS_MAX_CHARS for raw, in shrunk) and serialized == []
+
+
 def test_a_record_made_or_read_here_is_not_read_again_until_a_restart(monkeypatch: pytest.MonkeyPatch) -> None:
     messages = coding_session(20)
     records = _storing().on_messages_stored(messages)
@@ -320,7 +343,7 @@ def test_a_malformed_record_is_ignored(bad: str) -> None:
     (7, [[0, "Never push"]]), (8, None), (-1, "a line"), (-1, ["digest"]), (-1, ["digest", "a line"]),
     (-1, [None, "a line", 9, 12, 1]), (-1, ["digest", 3, 9, 12, 1]), (-1, ["digest", "a line", -9, 12, 1]),
     (-1, ["digest", "a line", 9, 1.5, 1]), (-1, ["digest", "a line", 9, 12, 2]), (-1, ["digest", "a line", 9, 12, True]),
-    (-1, ["digest", "a line", 9, 12, 1, 0]),
+    (-1, ["digest", "a line", 9, 12, 1, 0]), (-1, ["digest", [3], 9, 12, 1]), (-1, ["digest", {"a": 1}, 9, 12, 1]),
 ], ids=lambda v: repr(v)[:20])
 def test_a_record_with_a_field_out_of_place_is_ignored(index: int, value: Any) -> None:
     messages = _session()

@@ -17,13 +17,15 @@ from agent.compression.prune import (
     ARGUMENTS_MAX_CHARS,
     DUPLICATE_NOTE,
     IMAGE_PLACEHOLDER,
+    adopt_arguments,
+    calls_key,
     clear_prune_cache,
     find_prune_boundary,
     prune_messages,
     remember_pruned,
     shrink_arguments,
 )
-from agent.tokens import get_counter
+from agent.tokens import get_counter, key_digest
 from bench.corpus import iter_transcripts
 from tests.compression.helpers import assistant, call, image_part, result, system, user
 
@@ -196,12 +198,13 @@ def test_a_stored_results_line_is_looked_up_not_described_again(monkeypatch: pyt
     messages = _session_with("make test", "ok\n" * 200 + "exit code 0")
     fresh = prune_messages(messages, protect_from=4)
     clear_prune_cache()
-    lines = remember_pruned(messages)
-    assert [line is not None for line in lines] == [False, False, False, True, False, False]
+    forms = remember_pruned(messages)
+    assert [form is not None for form in forms] == [False, False, False, True, False, False]
     monkeypatch.setattr(prune, "describe_tool_result", _refusing)
     monkeypatch.setattr(prune, "shrink_arguments", _refusing)
     assert prune_messages(messages, protect_from=4) == fresh
-    assert lines[3] is not None and fresh.messages[3]["content"] == lines[3][1]
+    form = forms[3]
+    assert form is not None and form.message == fresh.messages[3] and form.replacement == form.message["content"]
 
 
 @pytest.mark.parametrize(("changed", "expected"), [
@@ -230,5 +233,23 @@ def test_kept_checks_of_arguments_shrink_and_repair_as_the_first_did() -> None:
     again = prune_messages(messages, protect_from=8)
     assert again == first
     clear_prune_cache()
-    remember_pruned(messages)
+    forms = remember_pruned(messages)
+    assert [form.message for form in forms if form is not None] == [first.messages[2], first.messages[4]]
     assert prune_messages(messages, protect_from=8) == first
+
+
+def test_adopted_arguments_of_another_shape_are_never_taken() -> None:
+    big = json.dumps({"path": "src/app.py", "content": "x" * 5_000})
+    messages = [system(), user("write"), call("c1", "write_file", big), result("c1", "ok"), *_tail()]
+    odd = {**messages[2], "tool_calls": [*messages[2]["tool_calls"], "not a call"]}
+    clear_prune_cache()
+    fresh = prune_messages(messages, protect_from=4)
+    fresh_odd = prune_messages([*messages[:2], odd, *messages[3:]], protect_from=4)
+    counts = ("o200k_base", 1, 1, True)
+    for message, forged in ((messages[2], ('{"a": 1}', '{"b": 2}')), (odd, ('{"a": 1}', '{"b": 2}'))):
+        clear_prune_cache()
+        key = calls_key(message)
+        assert key is not None
+        adopt_arguments(key_digest(key), forged, counts)  # two for one call; one for an entry without a function
+        handed = [*messages[:2], message, *messages[3:]]
+        assert prune_messages(handed, protect_from=4) == (fresh if message is messages[2] else fresh_odd)
