@@ -57,10 +57,13 @@ ARGUMENTS_MAX_CHARS = 2_000
 _STRING_KEEP = 300
 _LIST_KEEP = 20
 PRUNE_CACHE_ENTRIES = 50_000
+# Each cache is also bounded in characters: shrunk arguments keep every key of an object, so a call with thousands
+# of small fields stays large.
+PRUNE_CACHE_CHARS = 8_000_000
 # A result's one-liner by `line_key`; a call's arguments (their `text_key`) → what `shrink_arguments` makes of
 # them, `_KEEP` for "as they are" (a smaller JSON text is never empty).
-_LINES: LruCache[tuple[Any, ...], str] = LruCache(PRUNE_CACHE_ENTRIES)
-_ARGUMENTS: LruCache[str | bytes, str] = LruCache(PRUNE_CACHE_ENTRIES)
+_LINES: LruCache[tuple[Any, ...], str] = LruCache(PRUNE_CACHE_ENTRIES, weigh=len, budget=PRUNE_CACHE_CHARS)
+_ARGUMENTS: LruCache[str | bytes, str] = LruCache(PRUNE_CACHE_ENTRIES, weigh=len, budget=PRUNE_CACHE_CHARS)
 _KEEP = ""
 # What a prepared record says of the message pruning makes of one (a result with its one-liner, a call's message
 # with its arguments shrunk): the encoding, its token count, its summary block's count and whether that block is
@@ -70,8 +73,11 @@ FormCounts = tuple[str, int, int, bool]
 # make: a result's one-liner (by `line_key`), a call message's arguments, each call's (None: kept; by
 # `calls_key`). A message whose key has that digest takes them when pruning first looks it up (only what a
 # compaction prunes is checked), and the message it becomes is then neither tokenized nor serialized again.
-_ADOPTED_LINES: LruCache[str, tuple[str, FormCounts]] = LruCache(PRUNE_CACHE_ENTRIES)
-_ADOPTED_CALLS: LruCache[str, tuple[tuple[str | None, ...], FormCounts]] = LruCache(PRUNE_CACHE_ENTRIES)
+_ADOPTED_LINES: LruCache[str, tuple[str, FormCounts]] = LruCache(
+    PRUNE_CACHE_ENTRIES, weigh=lambda adopted: len(adopted[0]), budget=PRUNE_CACHE_CHARS)
+_ADOPTED_CALLS: LruCache[str, tuple[tuple[str | None, ...], FormCounts]] = LruCache(
+    PRUNE_CACHE_ENTRIES, weigh=lambda adopted: sum(len(arguments or "") for arguments in adopted[0]),
+    budget=PRUNE_CACHE_CHARS)
 
 
 @dataclass(frozen=True, slots=True)
