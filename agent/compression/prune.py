@@ -24,12 +24,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent.compression.blocks import keep_block
+from agent.compression.blocks import block_key, keep_block
 from agent.compression.boundaries import anchor_indices, walk_tail
 from agent.compression.describe import describe_tool_result
 from agent.compression.messages import Message, content_text, is_image_part, parse_arguments, tool_calls_of
 from agent.lru import LruCache
-from agent.tokens import INLINE_KEY_CHARS, TokenCounter, get_counter, key_digest, text_key
+from agent.tokens import INLINE_KEY_CHARS, TokenCounter, count_key, get_counter, key_digest, text_key
 
 __all__ = [
     "ARGUMENTS_MAX_CHARS",
@@ -43,6 +43,7 @@ __all__ = [
     "calls_key",
     "clear_prune_cache",
     "find_prune_boundary",
+    "form_key",
     "line_key",
     "prune_messages",
     "remember_pruned",
@@ -69,10 +70,10 @@ _KEEP = ""
 # with its arguments shrunk): the encoding, its token count, its summary block's count and whether that block is
 # its `serialize_unredacted`.
 FormCounts = tuple[str, int, int, bool]
-# Pruned forms adopted from prepared records, by the `key_digest` of their key, with the counts of the message they
-# make: a result's one-liner (by `line_key`), a call message's arguments, each call's (None: kept; by
-# `calls_key`). A message whose key has that digest takes them when pruning first looks it up (only what a
-# compaction prunes is checked), and the message it becomes is then neither tokenized nor serialized again.
+# Pruned forms adopted from prepared records, by the `key_digest` of their `form_key`, with the counts of the message
+# they make: a result's one-liner, a call message's arguments (each call's; None: kept). A message whose form key has
+# that digest takes them when pruning first looks it up (only what a compaction prunes is checked), and the message
+# it becomes is then neither tokenized nor serialized again.
 _ADOPTED_LINES: LruCache[str, tuple[str, FormCounts]] = LruCache(
     PRUNE_CACHE_ENTRIES, weigh=lambda adopted: len(adopted[0]), budget=PRUNE_CACHE_CHARS)
 _ADOPTED_CALLS: LruCache[str, tuple[tuple[str | None, ...], FormCounts]] = LruCache(
@@ -82,9 +83,9 @@ _ADOPTED_CALLS: LruCache[str, tuple[tuple[str | None, ...], FormCounts]] = LruCa
 
 @dataclass(frozen=True, slots=True)
 class PrunedForm:
-    """What pruning makes of one message, for a prepared record: the key it depends on (`line_key` or
-    `calls_key`), what replaces the message's part (a result's one-liner, or each call's arguments, None where
-    kept) and the message it becomes."""
+    """What pruning makes of one message, for a prepared record: what it depends on (`form_key`), what replaces
+    the message's part (a result's one-liner, or each call's arguments, None where kept) and the message it
+    becomes."""
 
     key: tuple[Any, ...]
     replacement: str | tuple[str | None, ...]
@@ -181,10 +182,18 @@ def calls_key(message: Message) -> tuple[Any, ...] | None:
     return tuple(key)
 
 
+def form_key(key: tuple[Any, ...], message: Message) -> tuple[Any, ...]:
+    """What the message pruning makes of ``message`` depends on: ``key`` (`line_key` or `calls_key`, what replaces
+    part of it) and the message itself, by the keys of its token count and of its block (`count_key`,
+    `blocks.block_key`): a record's counts of the message pruning made are taken only for the message they were
+    made from (two calls with the same arguments and different texts have the same `calls_key`)."""
+    return key, count_key(message), block_key(message, "")
+
+
 def _adopted_arguments(message: Message, calls: Sequence[Any]) -> tuple[tuple[str | None, ...], FormCounts] | None:
-    """What a prepared record says of the message's calls, where its key's digest is the record's."""
+    """What a prepared record says of the message's calls, where the digest of its `form_key` is the record's."""
     key = calls_key(message) if len(_ADOPTED_CALLS) else None
-    found = None if key is None else _ADOPTED_CALLS.get(key_digest(key))
+    found = None if key is None else _ADOPTED_CALLS.get(key_digest(form_key(key, message)))
     # (Arguments only for calls that have a function to hold them: a record saying otherwise was not made here.)
     if found is None or len(found[0]) != len(calls) or any(
             arguments is not None and held is None for arguments, held in zip(found[0], key or (), strict=True)):
@@ -224,15 +233,18 @@ def result_line(call: Mapping[str, Any] | None, name: Any, text: str) -> str:
     return _line(call, name, text)[0]
 
 
-def _line(call: Mapping[str, Any] | None, name: Any, text: str) -> tuple[str, FormCounts | None]:
-    """`result_line`, and the counts of the pruned message where the line was just taken from a record."""
+def _line(call: Mapping[str, Any] | None, name: Any, text: str,
+          message: Message | None = None) -> tuple[str, FormCounts | None]:
+    """`result_line`, and the counts of the pruned message where the line was just taken from a record (only
+    when the result ``message`` is given)."""
     key = line_key(call, name, text)
     if key is None:
         return describe_tool_result(call, name, text), None
     line = _LINES.get(key)
     if line is not None:
         return line, None
-    adopted = _ADOPTED_LINES.get(key_digest(key)) if len(_ADOPTED_LINES) else None
+    adopted = (_ADOPTED_LINES.get(key_digest(form_key(key, message)))
+               if message is not None and len(_ADOPTED_LINES) else None)
     line, counts = adopted if adopted is not None else (describe_tool_result(call, name, text), None)
     _LINES.put(key, line)
     return line, counts
@@ -269,25 +281,25 @@ def remember_pruned(messages: Sequence[Message]) -> list[PrunedForm | None]:
             key = line_key(call, name, text) if len(text) > PRUNE_MIN_CHARS else None
             if key is not None:
                 line = result_line(call, name, text)
-                form = PrunedForm(key, line, {**message, "content": line})
+                form = PrunedForm(form_key(key, message), line, {**message, "content": line})
         elif message.get("role") == "assistant" and message.get("tool_calls"):
             shrunk, key = _shrink_calls(message), calls_key(message)
             if shrunk is not None and key is not None:
                 arguments = tuple(_call_shrunk(call) for call in message.get("tool_calls") or [])
-                form = PrunedForm(key, arguments, shrunk)
+                form = PrunedForm(form_key(key, message), arguments, shrunk)
         forms.append(form)
     return forms
 
 
 def adopt_line(digest: str, line: str, counts: FormCounts) -> None:
-    """Keep a one-liner adopted from a prepared record: that of the result whose `line_key` has the `key_digest`
+    """Keep a one-liner adopted from a prepared record: that of the result whose `form_key` has the `key_digest`
     ``digest``, with the ``counts`` of the message the result becomes (taken when pruning first looks it up)."""
     _ADOPTED_LINES.put(digest, (line, counts))
 
 
 def adopt_arguments(digest: str, arguments: tuple[str | None, ...], counts: FormCounts) -> None:
     """Keep shrunk arguments adopted from a prepared record: each call's (None: kept as it is) of the message whose
-    `calls_key` has the `key_digest` ``digest``, with the ``counts`` of the message they make."""
+    `form_key` has the `key_digest` ``digest``, with the ``counts`` of the message they make."""
     _ADOPTED_CALLS.put(digest, (arguments, counts))
 
 
@@ -328,7 +340,7 @@ def prune_messages(messages: Sequence[Message], protect_from: int) -> PruneResul
         content = message.get("content")
         text = content_text(message)
         line, counts = (
-            _line(calls.get(str(message.get("tool_call_id"))), message.get("name"), text)
+            _line(calls.get(str(message.get("tool_call_id"))), message.get("name"), text, message)
             if len(text) > PRUNE_MIN_CHARS
             else ("", None)
         )

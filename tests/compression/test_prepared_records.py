@@ -218,6 +218,26 @@ def test_a_compaction_after_a_restart_takes_shrunk_arguments_from_the_records(mo
     assert shrunk and all(len(raw) <= ARGUMENTS_MAX_CHARS for raw, in shrunk) and serialized == []
 
 
+@pytest.mark.parametrize("second", [
+    "", "Writing it again, the first attempt failed:", "x" * 60_000,
+], ids=["no text", "another text", "a text clipping cuts"])
+def test_what_pruning_makes_of_a_message_is_counted_as_that_message(second: str) -> None:
+    # The same large write twice (a retry), with different texts: the record of one must not lend its pruned
+    # message's counts to the other, nor to a message clipping has cut before pruning shrinks its arguments.
+    messages = coding_session(12)
+    write = call("w0", "write_file", {"path": "src/big.py", "content": "y = 2\n" * 2_000},
+                 text="Now let me write the module:")
+    retry = {**call("w1", "write_file", {"path": "src/big.py", "content": "y = 2\n" * 2_000}), "content": second}
+    messages[2:2] = [write, result("w0", "failed: disk full"), retry, result("w1", "written")]
+    counts = COUNTER.count_each(messages)
+    _forget()
+    cold = _compress(messages, 8_000, token_counts=counts)
+    assert cold[0].compressed
+    records = _storing().on_messages_stored(messages)
+    _forget()
+    assert _compress(messages, 8_000, token_counts=counts, prepared=records) == cold
+
+
 def test_a_record_made_or_read_here_is_not_read_again_until_a_restart(monkeypatch: pytest.MonkeyPatch) -> None:
     messages = coding_session(20)
     records = _storing().on_messages_stored(messages)

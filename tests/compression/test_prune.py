@@ -21,6 +21,7 @@ from agent.compression.prune import (
     calls_key,
     clear_prune_cache,
     find_prune_boundary,
+    form_key,
     prune_messages,
     remember_pruned,
     shrink_arguments,
@@ -250,6 +251,6 @@ def test_adopted_arguments_of_another_shape_are_never_taken() -> None:
         clear_prune_cache()
         key = calls_key(message)
         assert key is not None
-        adopt_arguments(key_digest(key), forged, counts)  # two for one call; one for an entry without a function
+        adopt_arguments(key_digest(form_key(key, message)), forged, counts)  # two for one call; one for an entry without a function
         handed = [*messages[:2], message, *messages[3:]]
         assert prune_messages(handed, protect_from=4) == (fresh if message is messages[2] else fresh_odd)
