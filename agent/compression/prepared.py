@@ -12,14 +12,16 @@ A record is a JSON list: format version, encoding, the digests (`agent.tokens.ke
 fact-cache key and of its block key, the finders whose gates occur in its text (bit i: ``SCANNERS[i]``), its
 block's token count, whether the block is its `serialize_unredacted`, then its facts in each of
 `fact_patterns.STAGES` as ``[kind index, text, token count]``: whatever makes the adopted
-`evidence.MessageFacts` equal the computed one; and for a long tool result, what pruning makes of it
-(`agent.compression.prune`): the digest of its one-liner's key, the line, and the token count, block count and
-unredacted flag of the message the result becomes — a compaction after a restart neither reads the old output
-again nor tokenizes the line. The block's text is not stored but rebuilt from the message:
+`evidence.MessageFacts` equal the computed one; and what pruning makes of the message (`prune.PrunedForm`:
+a long tool result's one-liner, or a call's arguments shrunk): the digest of its `prune.form_key`, the line or
+each call's arguments, and the token count, block count and unredacted flag of the message pruning makes — a
+compaction after a restart neither reads the old output nor parses the arguments again, nor tokenizes what they
+become. The block's text is not stored but rebuilt from the message:
 where redaction changed nothing (nearly every message) as `serialize_unredacted`, which costs no redaction,
 else as `serialize_message`, which costs the redaction but still no tokenizing (the corpus's 63,008 messages
 have 5 such blocks; storing their texts would make those records as large as the messages, for little time).
-Records take 94 bytes at the corpus's median (its messages' JSON: 109), 293 at its 99th percentile.
+Records take 99 bytes at the corpus's median (its messages' JSON: 109), 440 at its 99th percentile (a long
+tool result's holds its one-liner).
 
 What a record says is used only where it is exactly what computing it would give:
 
@@ -33,7 +35,7 @@ What a record says is used only where it is exactly what computing it would give
 * a message takes the facts, the block, or the one-liner, only when the digest of its own key, as the message is
   now, is the record's. The keys hold everything each is made of: role, text, each call's arguments, for the
   facts each call's result (looked up among the messages handed over, as `evidence.remember_facts` does), and
-  for a result's one-liner the name and arguments of the call that produced it. So a record made for another text, other arguments, or a result since changed or erased is never
+  for what pruning makes of it the name and arguments of the call that produced a result. So a record made for another text, other arguments, or a result since changed or erased is never
   taken, and that message is computed as it would be without records. The facts and the block are checked
   apart: an erased result voids a call's facts, not its block, which does not show the result.
 

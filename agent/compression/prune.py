@@ -136,11 +136,15 @@ def _shrink_value(value: Any) -> Any:
     return value
 
 
+def _arguments_key(raw: str) -> str | bytes:
+    return raw if len(raw) <= INLINE_KEY_CHARS else text_key(raw)
+
+
 def _shrunk(raw: Any) -> str | None:
     """`shrink_arguments`, kept per arguments text."""
     if not isinstance(raw, str):
         return shrink_arguments(raw)
-    key = raw if len(raw) <= INLINE_KEY_CHARS else text_key(raw)
+    key = _arguments_key(raw)
     known = _ARGUMENTS.get(key)
     if known is None:
         smaller = shrink_arguments(raw)
@@ -164,6 +168,16 @@ def shrink_arguments(raw: Any) -> str | None:
 def _call_shrunk(call: Any) -> str | None:
     fn = call.get("function") if isinstance(call, Mapping) else None
     return _shrunk(fn.get("arguments")) if isinstance(fn, Mapping) else None
+
+
+def _cached_shrunk(call: Any) -> tuple[bool, str | None]:
+    """Whether what pruning makes of the call's arguments is known without work, and what (None: kept)."""
+    fn = call.get("function") if isinstance(call, Mapping) else None
+    if not isinstance(fn, Mapping):
+        return True, None
+    raw = fn.get("arguments")
+    known = _ARGUMENTS.get(_arguments_key(raw)) if isinstance(raw, str) else None
+    return (False, None) if known is None else (True, known or None)
 
 
 def calls_key(message: Message) -> tuple[Any, ...] | None:
@@ -203,8 +217,11 @@ def _adopted_arguments(message: Message, calls: Sequence[Any]) -> tuple[tuple[st
 
 def _shrink_calls(message: Message) -> dict[str, Any] | None:
     calls = message.get("tool_calls") or []
-    adopted = _adopted_arguments(message, calls)
-    arguments = adopted[0] if adopted is not None else [_call_shrunk(call) for call in calls]
+    known = [_cached_shrunk(call) for call in calls]
+    # A record is looked for (its key digested) only where this process does not know the calls already.
+    adopted = None if all(found for found, _ in known) else _adopted_arguments(message, calls)
+    arguments = adopted[0] if adopted is not None else [
+        smaller if found else _call_shrunk(call) for call, (found, smaller) in zip(calls, known, strict=True)]
     if all(smaller is None for smaller in arguments):
         return None
     shrunk = {**message, "tool_calls": [

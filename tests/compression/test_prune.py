@@ -254,3 +254,13 @@ def test_adopted_arguments_of_another_shape_are_never_taken() -> None:
         adopt_arguments(key_digest(form_key(key, message)), forged, counts)  # two for one call; one for an entry without a function
         handed = [*messages[:2], message, *messages[3:]]
         assert prune_messages(handed, protect_from=4) == (fresh if message is messages[2] else fresh_odd)
+
+
+def test_what_this_process_knows_is_not_looked_up_in_the_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    big = json.dumps({"path": "src/app.py", "content": "x" * 5_000})
+    messages = [system(), user("write"), call("c1", "write_file", big), result("c1", "ok\n" * 300), *_tail()]
+    clear_prune_cache()
+    fresh = prune_messages(messages, protect_from=4)
+    adopt_arguments("a record of another session", (None,), ("o200k_base", 1, 1, True))
+    monkeypatch.setattr(prune, "key_digest", _refusing)  # (a record is found by the digest of its key)
+    assert prune_messages(messages, protect_from=4) == fresh
