@@ -170,6 +170,12 @@ def _call_shrunk(call: Any) -> str | None:
     return _shrunk(fn.get("arguments")) if isinstance(fn, Mapping) else None
 
 
+def _large(call: Any) -> bool:
+    fn = call.get("function") if isinstance(call, Mapping) else None
+    raw = fn.get("arguments") if isinstance(fn, Mapping) else None
+    return isinstance(raw, str) and len(raw) > ARGUMENTS_MAX_CHARS
+
+
 def _cached_shrunk(call: Any) -> tuple[bool, str | None]:
     """Whether what pruning makes of the call's arguments is known without work, and what (None: kept)."""
     fn = call.get("function") if isinstance(call, Mapping) else None
@@ -218,8 +224,10 @@ def _adopted_arguments(message: Message, calls: Sequence[Any]) -> tuple[tuple[st
 def _shrink_calls(message: Message) -> dict[str, Any] | None:
     calls = message.get("tool_calls") or []
     known = [_cached_shrunk(call) for call in calls]
-    # A record is looked for (its key digested) only where this process does not know the calls already.
-    adopted = None if all(found for found, _ in known) else _adopted_arguments(message, calls)
+    # A record is looked for (its key digested) only where this process does not know the calls already and one
+    # is large: checking small arguments (parsing them) costs less than finding their record would.
+    adopted = (_adopted_arguments(message, calls)
+               if any(not found and _large(call) for call, (found, _) in zip(calls, known, strict=True)) else None)
     arguments = adopted[0] if adopted is not None else [
         smaller if found else _call_shrunk(call) for call, (found, smaller) in zip(calls, known, strict=True)]
     if all(smaller is None for smaller in arguments):
@@ -301,7 +309,8 @@ def remember_pruned(messages: Sequence[Message]) -> list[PrunedForm | None]:
                 form = PrunedForm(form_key(key, message), line, {**message, "content": line})
         elif message.get("role") == "assistant" and message.get("tool_calls"):
             shrunk, key = _shrink_calls(message), calls_key(message)
-            if shrunk is not None and key is not None:
+            # (Only large arguments are looked up in the records: see _shrink_calls.)
+            if shrunk is not None and key is not None and any(_large(call) for call in message["tool_calls"]):
                 arguments = tuple(_call_shrunk(call) for call in message.get("tool_calls") or [])
                 form = PrunedForm(form_key(key, message), arguments, shrunk)
         forms.append(form)
