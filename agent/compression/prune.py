@@ -24,12 +24,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent.compression.blocks import block_key, keep_block
+from agent.compression.blocks import keep_block
 from agent.compression.boundaries import anchor_indices, walk_tail
 from agent.compression.describe import describe_tool_result
 from agent.compression.messages import Message, content_text, is_image_part, parse_arguments, tool_calls_of
 from agent.lru import LruCache
-from agent.tokens import INLINE_KEY_CHARS, TokenCounter, count_key, get_counter, key_digest, text_key
+from agent.tokens import INLINE_KEY_CHARS, TokenCounter, get_counter, key_digest, text_key
 
 __all__ = [
     "ARGUMENTS_MAX_CHARS",
@@ -202,18 +202,28 @@ def calls_key(message: Message) -> tuple[Any, ...] | None:
     return tuple(key)
 
 
-def form_key(key: tuple[Any, ...], message: Message) -> tuple[Any, ...]:
-    """What the message pruning makes of ``message`` depends on: ``key`` (`line_key` or `calls_key`, what replaces
-    part of it) and the message itself, by the keys of its token count and of its block (`count_key`,
-    `blocks.block_key`): a record's counts of the message pruning made are taken only for the message they were
-    made from (two calls with the same arguments and different texts have the same `calls_key`)."""
-    return key, count_key(message), block_key(message, "")
+def form_key(key: tuple[Any, ...], message: Message) -> tuple[Any, ...] | None:
+    """Everything the message pruning makes of ``message`` is made of: ``key`` (`line_key` or `calls_key`, what
+    replaces part of it) and the rest of the message — its role, name and calls' names, and where its calls are
+    what is replaced, its text and images (a result's text is in its line's key, and goes) — so a record's counts
+    of that message are taken only for the message they were made from (two calls with the same arguments and
+    different texts have the same `calls_key`). None for a result that also calls tools (not kept)."""
+    calls = message.get("tool_calls") or []
+    names = tuple(fn.get("name") if isinstance(fn := call.get("function") if isinstance(call, Mapping) else None,
+                                               Mapping) else None for call in calls)
+    rest = (message.get("role"), message.get("name"), names)
+    if message.get("role") == "tool":
+        return None if calls else (key, rest)
+    content = message.get("content")
+    images = sum(1 for part in content if is_image_part(part)) if isinstance(content, list) else 0
+    return key, rest, text_key(content_text(message)), images
 
 
 def _adopted_arguments(message: Message, calls: Sequence[Any]) -> tuple[tuple[str | None, ...], FormCounts] | None:
     """What a prepared record says of the message's calls, where the digest of its `form_key` is the record's."""
     key = calls_key(message) if len(_ADOPTED_CALLS) else None
-    found = None if key is None else _ADOPTED_CALLS.get(key_digest(form_key(key, message)))
+    form = None if key is None else form_key(key, message)
+    found = None if form is None else _ADOPTED_CALLS.get(key_digest(form))
     # (Arguments only for calls that have a function to hold them: a record saying otherwise was not made here.)
     if found is None or len(found[0]) != len(calls) or any(
             arguments is not None and held is None for arguments, held in zip(found[0], key or (), strict=True)):
@@ -268,8 +278,8 @@ def _line(call: Mapping[str, Any] | None, name: Any, text: str,
     line = _LINES.get(key)
     if line is not None:
         return line, None
-    adopted = (_ADOPTED_LINES.get(key_digest(form_key(key, message)))
-               if message is not None and len(_ADOPTED_LINES) else None)
+    form = form_key(key, message) if message is not None and len(_ADOPTED_LINES) else None
+    adopted = None if form is None else _ADOPTED_LINES.get(key_digest(form))
     line, counts = adopted if adopted is not None else (describe_tool_result(call, name, text), None)
     _LINES.put(key, line)
     return line, counts
@@ -304,15 +314,17 @@ def remember_pruned(messages: Sequence[Message]) -> list[PrunedForm | None]:
             text = content_text(message)
             call, name = calls.get(str(message.get("tool_call_id"))), message.get("name")
             key = line_key(call, name, text) if len(text) > PRUNE_MIN_CHARS else None
+            form_of = None if key is None else form_key(key, message)
             if key is not None:
                 line = result_line(call, name, text)
-                form = PrunedForm(form_key(key, message), line, {**message, "content": line})
+                form = None if form_of is None else PrunedForm(form_of, line, {**message, "content": line})
         elif message.get("role") == "assistant" and message.get("tool_calls"):
             shrunk, key = _shrink_calls(message), calls_key(message)
             # (Only large arguments are looked up in the records: see _shrink_calls.)
-            if shrunk is not None and key is not None and any(_large(call) for call in message["tool_calls"]):
+            form_of = None if key is None else form_key(key, message)
+            if shrunk is not None and form_of is not None and any(_large(call) for call in message["tool_calls"]):
                 arguments = tuple(_call_shrunk(call) for call in message.get("tool_calls") or [])
-                form = PrunedForm(form_key(key, message), arguments, shrunk)
+                form = PrunedForm(form_of, arguments, shrunk)
         forms.append(form)
     return forms
 

@@ -265,3 +265,16 @@ def test_what_this_process_knows_is_not_looked_up_in_the_records(monkeypatch: py
     adopt_arguments("a record of another session", (None,), ("o200k_base", 1, 1, True))
     monkeypatch.setattr(prune, "key_digest", _refusing)  # (a record is found by the digest of its key)
     assert prune_messages(messages, protect_from=4) == fresh
+
+
+def test_a_form_key_holds_everything_the_pruned_message_is_made_of() -> None:
+    base = call("c1", "write_file", {"path": "a.py", "content": "x" * 3_000}, text="Writing it.")
+    key = calls_key(base)
+    assert key is not None
+    variants = [{**base, "content": "Writing it again."}, {**base, "name": "helper"},
+                {**base, "content": [{"type": "text", "text": "Writing it."}, image_part("AAAA")]},
+                {**base, "tool_calls": [{**base["tool_calls"][0], "function": {
+                    **base["tool_calls"][0]["function"], "name": "create_file"}}]}]
+    assert len({form_key(key, message) for message in [base, *variants]}) == 5
+    result_with_calls = {**result("c1", "ok" * 200), "tool_calls": base["tool_calls"]}
+    assert form_key(("line",), result_with_calls) is None  # (its calls would stay: not kept)
