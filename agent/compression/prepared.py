@@ -45,6 +45,7 @@ paid only for what the compaction reads (a long middle's newest blocks), not for
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import sys
@@ -242,8 +243,13 @@ def _facts(gates: Any, stages: list[Any]) -> tuple[MessageFacts, dict[str, int]]
             pairs.append((FACT_KINDS[kind], text))
             counts[text] = tokens
         found.append(tuple(pairs))
-    present = frozenset(name for name, bit in _SCANNER_BIT.items() if gates & bit)
-    return MessageFacts(found[0], found[1], found[2], present), counts
+    return MessageFacts(found[0], found[1], found[2], _present(gates)), counts
+
+
+@functools.lru_cache(maxsize=1_024)
+def _present(gates: int) -> frozenset[str]:
+    """The finders whose bits ``gates`` holds (a few combinations recur across every record)."""
+    return frozenset(name for name, bit in _SCANNER_BIT.items() if gates & bit)
 
 
 def adopt_records(messages: Sequence[Mapping[str, Any]], records: Sequence[str | None],
