@@ -10,11 +10,12 @@ Three passes over the messages before ``protect_from`` (the tail stays verbatim)
 The last user message and the last assistant message with text are never touched, wherever they are.
 
 What (b) and (c) make of one message never changes: a result's one-liner depends only on its text, its name and
-the call that produced it, a call's check only on its arguments. Both are kept per message in bounded caches, as
-its token count, facts and summary block are, and prepared when the message is stored (`remember_pruned`, from
-`ContextCompressor.on_messages_stored`): a compaction of a long session looks them up instead of reading every
-old tool output and parsing every call's arguments again. After a restart the prepared records bring the
-one-liners back (`adopt_line`; `agent.compression.prepared`).
+the call that produced it, a call's check and shrunk arguments only on its arguments. Both are kept per message
+in bounded caches, as its token count, facts and summary block are, and prepared when the message is stored
+(`remember_pruned`, from `ContextCompressor.on_messages_stored`): a compaction of a long session looks them up
+instead of reading every old tool output and parsing every call's arguments again. After a restart the prepared
+records bring back the one-liners and what large arguments become, with the counts of the messages pruning makes
+(`adopt_line`, `adopt_arguments`; `agent.compression.prepared`), so those are not tokenized again either.
 """
 
 from __future__ import annotations
