@@ -78,7 +78,12 @@ def _adopted(message: Message, key: tuple[Any, ...]) -> Block | None:
     found = _ADOPTED.get(key_digest(key)) if len(_ADOPTED) else None
     if found is None:
         return None
-    tokens, unredacted = found
+    return _rebuilt(message, *found)
+
+
+def _rebuilt(message: Message, tokens: int, unredacted: bool) -> Block:
+    """The block of ``message`` that a record says is ``tokens`` long: its text serialized again, redacted only
+    where the record says redaction changed it."""
     return serialize_unredacted(message) if unredacted else serialize_message(message), tokens
 
 
@@ -99,8 +104,7 @@ def keep_block(message: Message, encoding: str, tokens: int, unredacted: bool) -
     """Keep the block of ``message`` whose count under ``encoding`` a prepared record gave (``tokens``; its text the
     message's `serialize_unredacted` where ``unredacted``, else its `serialize_message`): a message the compaction
     has just made from a record's text (a pruned result's one-liner), so no digest is checked."""
-    text = serialize_unredacted(message) if unredacted else serialize_message(message)
-    _CACHE.put(block_key(message, encoding), (text, tokens))
+    _CACHE.put(block_key(message, encoding), _rebuilt(message, tokens, unredacted))
 
 
 def clear_block_cache() -> None:

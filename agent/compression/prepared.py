@@ -155,7 +155,7 @@ def prepare_records(messages: Sequence[Mapping[str, Any]], counter: TokenCounter
         stages = [[[_KIND_INDEX[kind], text, fact_tokens(text, counter)] for kind, text in found]
                   for found in (entry.first, entry.paths or (), entry.values or ())]
         gates = sum(_SCANNER_BIT[name] for name in entry.present)
-        unredacted = int(serialize_unredacted(message) == block)
+        unredacted = _unredacted(message, block)
         pruned = None if form is None else [key_digest(form.key), _listed(form.replacement),
                                             *_pruned_counts(form.message, counter)]
         records.append(_dumps([FORMAT_VERSION, counter.encoding_name, key_digest(fact_key), key_digest(key),
@@ -174,7 +174,12 @@ def _pruned_counts(pruned: Mapping[str, Any], counter: TokenCounter) -> tuple[in
     """The token count of a message pruning made, its block's count and whether that block is its
     `serialize_unredacted` (each kept in the caches, as the compaction that prunes it would)."""
     block, block_tokens = summary_block(pruned, counter)
-    return counter.count_message(pruned), block_tokens, int(serialize_unredacted(pruned) == block)
+    return counter.count_message(pruned), block_tokens, _unredacted(pruned, block)
+
+
+def _unredacted(message: Mapping[str, Any], block: str) -> int:
+    """1 where ``block`` is the message's `serialize_unredacted` (rebuilt without redacting), else 0."""
+    return int(serialize_unredacted(message) == block)
 
 
 def _is_count(value: object) -> bool:

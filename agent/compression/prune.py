@@ -166,21 +166,27 @@ def shrink_arguments(raw: Any) -> str | None:
     return json.dumps(_shrink_value(parsed), ensure_ascii=False)
 
 
-def _call_shrunk(call: Any) -> str | None:
+def _function(call: Any) -> Mapping[str, Any] | None:
+    """A call entry's function, where both are mappings (an entry without one is kept as it is)."""
     fn = call.get("function") if isinstance(call, Mapping) else None
-    return _shrunk(fn.get("arguments")) if isinstance(fn, Mapping) else None
+    return fn if isinstance(fn, Mapping) else None
+
+
+def _call_shrunk(call: Any) -> str | None:
+    fn = _function(call)
+    return None if fn is None else _shrunk(fn.get("arguments"))
 
 
 def _large(call: Any) -> bool:
-    fn = call.get("function") if isinstance(call, Mapping) else None
-    raw = fn.get("arguments") if isinstance(fn, Mapping) else None
+    fn = _function(call)
+    raw = None if fn is None else fn.get("arguments")
     return isinstance(raw, str) and len(raw) > ARGUMENTS_MAX_CHARS
 
 
 def _cached_shrunk(call: Any) -> tuple[bool, str | None]:
     """Whether what pruning makes of the call's arguments is known without work, and what (None: kept)."""
-    fn = call.get("function") if isinstance(call, Mapping) else None
-    if not isinstance(fn, Mapping):
+    fn = _function(call)
+    if fn is None:
         return True, None
     raw = fn.get("arguments")
     known = _ARGUMENTS.get(_arguments_key(raw)) if isinstance(raw, str) else None
@@ -192,8 +198,8 @@ def calls_key(message: Message) -> tuple[Any, ...] | None:
     None for an entry without a function); None where a call's arguments are not a text (not kept)."""
     key: list[Any] = []
     for call in message.get("tool_calls") or []:
-        fn = call.get("function") if isinstance(call, Mapping) else None
-        if not isinstance(fn, Mapping):
+        fn = _function(call)
+        if fn is None:
             key.append(None)
             continue
         raw = fn.get("arguments")
@@ -210,8 +216,7 @@ def form_key(key: tuple[Any, ...], message: Message) -> tuple[Any, ...] | None:
     of that message are taken only for the message they were made from (two calls with the same arguments and
     different texts have the same `calls_key`). None for a result that also calls tools (not kept)."""
     calls = message.get("tool_calls") or []
-    names = tuple(fn.get("name") if isinstance(fn := call.get("function") if isinstance(call, Mapping) else None,
-                                               Mapping) else None for call in calls)
+    names = tuple(None if (fn := _function(call)) is None else fn.get("name") for call in calls)
     rest = (message.get("role"), message.get("name"), names)
     if message.get("role") == "tool":
         return None if calls else (key, rest)
@@ -232,7 +237,9 @@ def _adopted_arguments(message: Message, calls: Sequence[Any]) -> tuple[tuple[st
     return found
 
 
-def _shrink_calls(message: Message) -> dict[str, Any] | None:
+def _shrink_calls(message: Message) -> tuple[dict[str, Any], tuple[str | None, ...]] | None:
+    """The message with its calls' arguments shrunk or repaired, and each call's new arguments (None: kept); None
+    when every call keeps its arguments."""
     calls = message.get("tool_calls") or []
     known = [_cached_shrunk(call) for call in calls]
     # A record is looked for (its key digested) only where this process does not know the calls already and one
@@ -248,7 +255,7 @@ def _shrink_calls(message: Message) -> dict[str, Any] | None:
         for call, smaller in zip(calls, arguments, strict=True)]}
     if adopted is not None:
         _keep_counts(shrunk, adopted[1])
-    return shrunk
+    return shrunk, tuple(arguments)
 
 
 def line_key(call: Mapping[str, Any] | None, name: Any, text: str) -> tuple[Any, ...] | None:
@@ -315,17 +322,17 @@ def remember_pruned(messages: Sequence[Message]) -> list[PrunedForm | None]:
             text = content_text(message)
             call, name = calls.get(str(message.get("tool_call_id"))), message.get("name")
             key = line_key(call, name, text) if len(text) > PRUNE_MIN_CHARS else None
-            form_of = None if key is None else form_key(key, message)
             if key is not None:
                 line = result_line(call, name, text)
+                form_of = form_key(key, message)
                 form = None if form_of is None else PrunedForm(form_of, line, {**message, "content": line})
         elif message.get("role") == "assistant" and message.get("tool_calls"):
-            shrunk, key = _shrink_calls(message), calls_key(message)
+            shrunk = _shrink_calls(message)
+            key = calls_key(message)
             # (Only large arguments are looked up in the records: see _shrink_calls.)
-            form_of = None if key is None else form_key(key, message)
-            if shrunk is not None and form_of is not None and any(_large(call) for call in message["tool_calls"]):
-                arguments = tuple(_call_shrunk(call) for call in message.get("tool_calls") or [])
-                form = PrunedForm(form_of, arguments, shrunk)
+            if shrunk is not None and key is not None and any(_large(call) for call in message["tool_calls"]):
+                form_of = form_key(key, message)
+                form = None if form_of is None else PrunedForm(form_of, shrunk[1], shrunk[0])
         forms.append(form)
     return forms
 
@@ -397,6 +404,6 @@ def prune_messages(messages: Sequence[Message], protect_from: int) -> PruneResul
             continue
         smaller = _shrink_calls(out[i])
         if smaller is not None:
-            out[i] = smaller
+            out[i] = smaller[0]
             shrunk += 1
     return PruneResult(out, deduplicated, summarized, images, shrunk)

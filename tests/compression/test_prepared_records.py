@@ -196,6 +196,18 @@ def test_a_compaction_after_a_restart_takes_what_the_records_hold(monkeypatch: p
     assert made > 0 and serialized == []
 
 
+def _restarted(messages: Messages) -> tuple[list[int], tuple[CompressionResult, list[Any]], list[str | None]]:
+    """The messages' counts, a compaction at 8,000 tokens computed without records (it compacts), and the records
+    made when they were stored; nothing is cached after it, as after a restart."""
+    counts = COUNTER.count_each(messages)
+    _forget()
+    cold = _compress(messages, 8_000, token_counts=counts)
+    assert cold[0].compressed
+    records = _storing().on_messages_stored(messages)
+    _forget()
+    return counts, cold, records
+
+
 def test_a_compaction_after_a_restart_takes_shrunk_arguments_from_the_records(monkeypatch: pytest.MonkeyPatch) -> None:
     messages = coding_session(30)
     writes: Messages = []
@@ -203,12 +215,7 @@ def test_a_compaction_after_a_restart_takes_shrunk_arguments_from_the_records(mo
         writes += [call(f"w{i}", "write_file", {"path": f"src/m{i}.py", "content": f"x{i} = 1\n" * 2_000}),
                    result(f"w{i}", "written")]
     messages[2:2] = writes
-    counts = COUNTER.count_each(messages)
-    _forget()
-    cold = _compress(messages, 8_000, token_counts=counts)
-    assert cold[0].compressed
-    records = _storing().on_messages_stored(messages)
-    _forget()
+    counts, cold, records = _restarted(messages)
     shrunk = _counting(monkeypatch, prune, "shrink_arguments")
     serialized = _counting(monkeypatch, blocks, "serialize_message")
     adopted = _compress(messages, 8_000, token_counts=counts, prepared=records)
@@ -229,12 +236,7 @@ def test_what_pruning_makes_of_a_message_is_counted_as_that_message(second: str)
                  text="Now let me write the module:")
     retry = {**call("w1", "write_file", {"path": "src/big.py", "content": "y = 2\n" * 2_000}), "content": second}
     messages[2:2] = [write, result("w0", "failed: disk full"), retry, result("w1", "written")]
-    counts = COUNTER.count_each(messages)
-    _forget()
-    cold = _compress(messages, 8_000, token_counts=counts)
-    assert cold[0].compressed
-    records = _storing().on_messages_stored(messages)
-    _forget()
+    counts, cold, records = _restarted(messages)
     assert _compress(messages, 8_000, token_counts=counts, prepared=records) == cold
 
 
