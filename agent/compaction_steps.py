@@ -45,11 +45,13 @@ async def before_compaction(
     notices: NoticeSink | None,
     announce: bool = True,
     token_counts: Sequence[int] | None = None,
+    prepared: Sequence[str | None] | None = None,
 ) -> bool:
     """Let memory see the messages about to be compacted; announce it when a summary call will be made.
 
     ``framed`` is the list the engine will compress (system prompt first); ``token_counts``, its counts for
-    an engine that `accepts_token_counts`. Returns whether it announced.
+    an engine that `accepts_token_counts`; ``prepared``, its stored records for one that `accepts_prepared`
+    (the check plans the compaction, pruning included, before it runs). Returns whether it announced.
     """
     if memory is not None:
         try:
@@ -57,8 +59,9 @@ async def before_compaction(
         except Exception:  # rescuing facts is best effort; it must not block the compression
             log.warning("memory on_pre_compress failed", exc_info=True)
     # Only when a summary call will really be made (not for a static fallback during a cooldown).
-    counts = {} if token_counts is None else {"token_counts": token_counts}
-    if announce and engine.will_summarize(framed, force=force, **counts):
+    given = {name: value for name, value in (("token_counts", token_counts), ("prepared", prepared))
+             if value is not None}
+    if announce and engine.will_summarize(framed, force=force, **given):
         await emit_notice(notices, compacting_notice())
         return True
     return False

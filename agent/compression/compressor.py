@@ -199,21 +199,27 @@ class ContextCompressor(CompressorStateView, CompressorWindow, ContextEngine):
         self._state.ineffective_count += 1
 
     def has_content_to_compress(self, messages: Sequence[Mapping[str, Any]],
-                                token_counts: Sequence[int] | None = None) -> bool:
+                                token_counts: Sequence[int] | None = None,
+                                prepared: Sequence[str | None] | None = None) -> bool:
         """False when everything is in the protected head/tail and no message needs clipping, so /compress
         needs no LLM call (R-C10).
 
-        ``token_counts`` as for `compress`."""
+        ``token_counts`` and ``prepared`` as for `compress` (the plan prunes: a record spares it the work)."""
+        if prepared is not None:
+            adopt_records(messages, prepared, self._counter)
         plan = self._select_plan(messages, input_counts(messages, token_counts, self._counter))
         return plan.clip.clipped > 0 or plan.bounds is not None
 
     def will_summarize(self, messages: Sequence[Mapping[str, Any]], *, force: bool = False,
-                       token_counts: Sequence[int] | None = None) -> bool:
+                       token_counts: Sequence[int] | None = None,
+                       prepared: Sequence[str | None] | None = None) -> bool:
         """True only when compress() would call the summary model now: there is a middle, a summary provider,
         no cooldown (unless ``force``) and no escalation to the static summary. Otherwise it would insert the
-        static summary or abort, unpaid."""
+        static summary or abort, unpaid. ``token_counts`` and ``prepared`` as for `compress`."""
         if not summary_call_allowed(self._state, self._summary_provider, now=self._clock(), force=force):
             return False
+        if prepared is not None:
+            adopt_records(messages, prepared, self._counter)
         plan = self._select_plan(messages, input_counts(messages, token_counts, self._counter))
         return plan.bounds is not None and not plan.escalation.static
 

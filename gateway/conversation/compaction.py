@@ -152,9 +152,10 @@ async def compress_session(
     # The store's counts go to the engine, so a compression in the gateway never re-tokenizes the session.
     counts = {"token_counts": [counter.count_message(framed[0]), *held]} \
         if held is not None and getattr(engine, "accepts_token_counts", False) else {}
-    await before_compaction(engine, memory, framed, force=force, notices=notices, **counts)
-    engine.number_messages(live.first_seq)
+    # The stored records first: the announcement's check plans the compaction, which prunes.
     prepared = await stored_preparations(sessions.rt, engine, live.id, live.watermark, len(live.messages))
+    await before_compaction(engine, memory, framed, force=force, notices=notices, **counts, **prepared)
+    engine.number_messages(live.first_seq)
     result = await compress_with_progress(engine, framed, notices=notices, current_tokens=tokens, focus_topic=focus,
                                           force=force, **counts, **prepared)
     if result.aborted:

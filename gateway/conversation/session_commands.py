@@ -10,7 +10,7 @@ from agent.compression.engine import CompressionResult, ContextEngine
 from agent.memory import MemoryFull
 from gateway.conversation.ahead import compaction_ended, compaction_wait_s
 from gateway.conversation.command_rules import Command, CommandContext, is_operator
-from gateway.conversation.compaction import compress_session
+from gateway.conversation.compaction import compress_session, stored_preparations
 from gateway.conversation.pins import add_pin, format_pins, remove_pin
 from gateway.conversation.session import LiveSession
 
@@ -122,7 +122,9 @@ async def compress_command(ctx: CommandContext, focus: str | None) -> str:
 async def _compress_now(ctx: CommandContext, live: LiveSession, focus: str | None) -> str:
     framed = [{"role": "system", "content": live.system_prompt}, *live.messages]
     counts = live.held_counts or [ctx.sessions.rt.counter.count_message(m) for m in live.messages]
-    if not live.engine.has_content_to_compress(framed):
+    # The check plans the compaction, which prunes: after a restart the stored records spare it that work.
+    prepared = await stored_preparations(ctx.sessions.rt, live.engine, live.id, live.watermark, len(live.messages))
+    if not live.engine.has_content_to_compress(framed, **prepared):
         return nothing_to_compress(live.engine, counts)
     async with ctx.sessions.rt.locks.try_compression_lock(live.id) as acquired:
         if not acquired:

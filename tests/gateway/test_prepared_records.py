@@ -9,11 +9,15 @@ from typing import Any
 
 import pytest
 
-from agent.compression import compressor, registry
+from agent.compression import compressor, prune, registry
 from agent.compression.compressor import ContextCompressor
 from agent.compression.prepared import forget_prepared
+from agent.compression.prune import ARGUMENTS_MAX_CHARS
 from agent.tokens import get_counter
 from gateway.conversation.session_commands import MANUAL_REASON
+from gateway.store._rows import payload_of
+from gateway.store.records import PreparedRecord
+from tests.compression.helpers import call, coding_session, result
 from tests.fakes.llm_server import FakeLLMServer
 from tests.gateway.conftest import GatewayFactory, answer_by_kind, bulk_session, chatter
 
@@ -55,7 +59,8 @@ async def test_a_compaction_after_a_restart_adopts_what_was_prepared_before_it(
     monkeypatch.setattr(compressor, "adopt_records", counted)
     restarted, adapter = await gateway_factory(llm=WINDOW)
     await adapter.say("/compress", user_id="boss")
-    assert adopted == [4]
+    # Handed to each step that plans the compaction: /compress's check, the announcement's, the compaction.
+    assert adopted == [4, 4, 4]
     assert [c.reason for c in await restarted.rt.store.compactions.history(session_id)] == [MANUAL_REASON]
 
 
@@ -79,3 +84,40 @@ async def test_an_engine_whose_hook_returns_nothing_keeps_nothing_and_answers_as
     active = await store.messages.load_active(record.id)
     assert len(active.messages) == 2 * len(TURNS)
     assert await store.messages.prepared_of_active(record.id, active.watermark) == [None] * len(active.messages)
+
+
+async def test_a_coding_history_is_pruned_from_its_records_after_a_restart(
+        gateway_factory: GatewayFactory, fake_llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    # What pruning makes of old tool results and large writes travels in the store's records too: after a restart,
+    # /compress neither describes an old output nor parses a large write's arguments again.
+    answer_by_kind(fake_llm, ANSWER)
+    gateway, _ = await gateway_factory(llm=WINDOW)
+    # (Outputs short enough that this window clips none: a clipped output is another text, described anew.)
+    history = coding_session(16, output_lines=8)[1:]
+    history[1:1] = [call("w0", "write_file", {"path": "src/big.py", "content": "y = 2\n" * 2_000}),
+                    result("w0", "written")]
+    session_id = await bulk_session(gateway, "dm:c1", history)
+    store = gateway.rt.store
+    records = ContextCompressor(context_length=WINDOW["context_length"], summary_provider=None) \
+        .on_messages_stored(history)
+    watermark = (await store.messages.load_active(session_id)).watermark
+    first = watermark - len(history) + 1
+    await store.messages.append(session_id, [], [], prepared=[
+        PreparedRecord(first + i, payload_of(message), record)
+        for i, (message, record) in enumerate(zip(history, records, strict=True)) if record is not None])
+    assert sum(r is not None for r in await store.messages.prepared_of_active(session_id, watermark)) == \
+        sum(r is not None for r in records) > 16
+    await gateway.aclose(grace_seconds=5)
+
+    forget_prepared()
+    get_counter()._cache.clear()
+    described: list[Any] = []
+    parsed: list[str] = []
+    describe, shrink = prune.describe_tool_result, prune.shrink_arguments
+    monkeypatch.setattr(prune, "describe_tool_result", lambda *args: described.append(args) or describe(*args))
+    monkeypatch.setattr(prune, "shrink_arguments", lambda raw: parsed.append(raw) or shrink(raw))
+    restarted, adapter = await gateway_factory(llm=WINDOW)
+    await adapter.say("/compress", user_id="boss")
+    assert [c.reason for c in await restarted.rt.store.compactions.history(session_id)] == [MANUAL_REASON]
+    assert described == []
+    assert parsed and all(len(raw) <= ARGUMENTS_MAX_CHARS for raw in parsed)
