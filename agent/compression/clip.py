@@ -16,10 +16,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent.tokens import TokenCounter
+from agent.lru import LruCache
+from agent.tokens import TokenCounter, text_key
 
-__all__ = ["CLIP_THRESHOLD_SHARE", "TAIL_THRESHOLD_SHARE", "ClipResult", "clip_limit", "clip_marker", "clip_oversized",
-           "clip_text", "clip_text_counted"]
+__all__ = ["CLIP_THRESHOLD_SHARE", "TAIL_THRESHOLD_SHARE", "ClipResult", "clear_clip_cache", "clip_limit", "clip_marker",
+           "clip_oversized", "clip_text", "clip_text_counted"]
 
 # A message may hold this share of the compression threshold; the rest is for everything else in the request.
 CLIP_THRESHOLD_SHARE = 0.30
@@ -30,6 +31,13 @@ _MIN_CLIP_TOKENS = 64
 _HEAD_SHARE = 2 / 3
 # Characters per token vary; a few tries shrink the kept part until it really fits.
 _MAX_TRIES = 4
+# What clipping made of a text, as the characters of its head and tail kept, the clipped text's count (a head of
+# -1: only the note) and the text's own count, by (encoding, `text_key` of the text, limit, its count where the
+# caller gave it, marker). A message too large for the window is clipped again by every compaction that reads it,
+# and tokenizing it and each try was a sixth of a warm compaction of the coding-agent transcripts; the clipped text
+# is rebuilt from these numbers, so an entry pins neither text in memory.
+CLIP_CACHE_ENTRIES = 10_000
+_CLIPS: LruCache[tuple[Any, ...], tuple[int, int, int, int]] = LruCache(CLIP_CACHE_ENTRIES)
 
 Message = dict[str, Any]
 
@@ -68,25 +76,45 @@ def clip_text_counted(text: str, limit: int, counter: TokenCounter, marker: Call
                       *, tokens: int | None = None) -> tuple[str, int] | None:
     """`clip_text`, with the clipped text's token count (each try is counted to see that it fits, so the
     count comes free). ``tokens``: the count of ``text``, when the caller holds it (a message's count less its
-    framing) — a long text is then never tokenized whole."""
-    if tokens is None:
-        tokens = counter.count_text(text)
-    if tokens <= limit:
+    framing) — a long text is then never tokenized whole. A text clipped before to the same limit is not tokenized
+    again: what the clipping kept is remembered (`CLIP_CACHE_ENTRIES`)."""
+    if tokens is not None and tokens <= limit:
         return None
+    key = (counter.encoding_name, text_key(text), limit, tokens, marker)
+    shape = _CLIPS.get(key)
+    if shape is None:
+        if tokens is None:
+            tokens = counter.count_text(text)
+        if tokens <= limit:
+            return None  # (only what clipping made is remembered)
+        shape = (*_clip_shape(text, limit, tokens, counter, marker), tokens)
+        _CLIPS.put(key, shape)
+    head, tail, size, tokens = shape
+    if head < 0:
+        return marker(len(text), tokens).strip(), size
+    return text[:head] + marker(len(text) - head - tail, max(tokens - limit, 1)) + (text[-tail:] if tail else ""), size
+
+
+def _clip_shape(text: str, limit: int, tokens: int, counter: TokenCounter,
+                marker: Callable[[int, int], str]) -> tuple[int, int, int]:
+    """How ``text`` (``tokens`` long, over ``limit``) is clipped: the characters of its head and tail kept and the
+    clipped text's count; a head of -1 when no head and tail fit beside the note, which then stands alone."""
     chars_per_token = len(text) / tokens
     keep = int(limit * chars_per_token * 0.9)
     for _ in range(_MAX_TRIES):
         head = int(keep * _HEAD_SHARE)
         tail = keep - head
-        cut = len(text) - head - tail
-        note = marker(cut, max(tokens - limit, 1))
-        clipped = text[:head] + note + (text[-tail:] if tail else "")
-        size = counter.count_text(clipped)
+        note = marker(len(text) - head - tail, max(tokens - limit, 1))
+        size = counter.count_text(text[:head] + note + (text[-tail:] if tail else ""))
         if size <= limit:
-            return clipped, size
+            return head, tail, size
         keep = int(keep * 0.8)
-    note = marker(len(text), tokens).strip()
-    return note, counter.count_text(note)
+    return -1, 0, counter.count_text(marker(len(text), tokens).strip())
+
+
+def clear_clip_cache() -> None:
+    """Forget what every clipping kept (what a restarted process knows)."""
+    _CLIPS.clear()
 
 
 def _clipped_content(content: Any, limit: int, counter: TokenCounter) -> Any | None:

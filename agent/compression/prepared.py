@@ -56,6 +56,7 @@ from typing import Any
 
 from agent import jsonlimits, lru, tokens
 from agent.compression.blocks import adopt_block, clear_block_cache, remember_blocks, summary_block
+from agent.compression.clip import clear_clip_cache
 from agent.compression.evidence import (
     FACT_KINDS,
     MessageFacts,
@@ -287,9 +288,10 @@ def adopt_records(messages: Sequence[Mapping[str, Any]], records: Sequence[str |
 
 
 def forget_prepared() -> None:
-    """Forget every fact, block and record this process holds: what a restarted process knows (tests and
-    benchmarks; a long-running process only ever evicts)."""
+    """Forget every fact, block, pruned form, clipping and record this process holds: what a restarted process
+    knows (tests and benchmarks; a long-running process only ever evicts)."""
     clear_fact_cache()
     clear_block_cache()
     clear_prune_cache()
+    clear_clip_cache()
     _SEEN.clear()

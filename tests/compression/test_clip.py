@@ -8,7 +8,14 @@ import json
 from pathlib import Path
 
 from agent.compression.cli import run_compress_command
-from agent.compression.clip import clip_limit, clip_oversized, clip_text, clip_text_counted
+from agent.compression.clip import (
+    clear_clip_cache,
+    clip_limit,
+    clip_marker,
+    clip_oversized,
+    clip_text,
+    clip_text_counted,
+)
 from agent.compression.compressor import ContextCompressor
 from agent.tokens import TokenCounter, get_counter
 from tests.compression.helpers import ScriptedProvider, assistant, call, is_clip_of, result, system, user
@@ -40,6 +47,31 @@ def test_a_clipped_texts_count_is_its_exact_count_and_a_known_count_spares_the_w
     counter.count_text = lambda t: seen.append(t) or real(t)  # type: ignore[method-assign]
     assert clip_text_counted(text, 1_000, counter, tokens=COUNTER.count_text(text)) == (clipped, tokens)
     assert text not in seen
+
+
+def test_a_text_clipped_again_is_rebuilt_without_tokenizing_and_is_what_a_fresh_process_makes() -> None:
+    clear_clip_cache()
+    text = _prose(20_000)
+    counter = TokenCounter()
+    seen: list[str] = []
+    real = counter.count_text
+    counter.count_text = lambda t: seen.append(t) or real(t)  # type: ignore[method-assign]
+    for limit in (1_000, 10):  # (10: no head and tail fit beside the note, which stands alone)
+        first = clip_text_counted(text, limit, counter)
+        tokenized = len(seen)
+        assert first is not None and tokenized >= 2  # the text and a try
+        assert clip_text_counted(text, limit, counter) == first and len(seen) == tokenized
+        clear_clip_cache()
+        assert clip_text_counted(text, limit, TokenCounter()) == first
+    assert clip_text_counted(text, 10, counter)[0] == clip_marker(len(text), COUNTER.count_text(text)).strip()  # type: ignore[index]
+    # Another limit, marker, given count or text is clipped as a fresh process clips it, not as one remembered.
+    clip_text_counted(text, 1_000, counter)
+    for args, kwargs in (((text, 900), {}), ((text, 1_000, lambda cut, tokens: f"[{cut} cut]"), {}),
+                         ((text + " more", 1_000), {}), ((text, 1_000), {"tokens": COUNTER.count_text(text)})):
+        again = clip_text_counted(args[0], args[1], counter, *args[2:], **kwargs)
+        clear_clip_cache()
+        assert again == clip_text_counted(args[0], args[1], TokenCounter(), *args[2:], **kwargs)
+        assert again != clip_text_counted(text, 1_000, counter) or "tokens" in kwargs
 
 
 def test_clipped_messages_are_the_same_with_counts_given_and_their_counts_are_exact() -> None:
