@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from agent.compression.fallback import build_static_summary
@@ -52,6 +52,9 @@ class SummaryJob:
     today: datetime.date
     kind: str
     counter: TokenCounter
+    # What `frame_tokens` counted, by the previous summary a part carries: the split and the first part's request
+    # ask for the same frame, a few thousand characters of template.
+    _frames: dict[str | None, int] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     @property
     def max_tokens(self) -> int:
@@ -63,14 +66,22 @@ class SummaryJob:
         return build_summary_prompt(middle_text, budget=self.budget, today=self.today, previous_summary=previous,
                                     focus_topic=self.focus, auto_focus=self.auto_focus, kind=self.kind)
 
+    def frame_tokens(self, previous: str | None) -> int:
+        """The tokens of a request without its part: the prompt's frame carrying ``previous``, the system prompt
+        and the chat framing (counted once per job and previous summary)."""
+        tokens = self._frames.get(previous)
+        if tokens is None:
+            tokens = self._frames[previous] = (self.counter.count_text(self.prompt("", previous))
+                                               + self.counter.count_text(SUMMARIZER_SYSTEM) + _FRAMING)
+        return tokens
+
     def split(self) -> tuple[SummaryParts, str | None]:
         """The middle in parts that fit, and the previous summary the first part carries: the one given, or —
         for the oldest messages no part can hold — a static summary of them that includes it."""
         previous_tokens = self.counter.count_text(self.previous) if self.previous else 0
-        frame = (self.counter.count_text(self.prompt("", None)) + self.counter.count_text(SUMMARIZER_SYSTEM)
-                 + _FRAMING)
         # A part after the first carries the summary of the parts before it, at most max_tokens long.
-        limit = request_room(self.window, frame + max(previous_tokens, self.max_tokens)) - self.max_tokens
+        limit = (request_room(self.window, self.frame_tokens(None) + max(previous_tokens, self.max_tokens))
+                 - self.max_tokens)
         if limit < MIN_PART_TOKENS:
             return SummaryParts((), (), len(self.middle)), self.previous
         parts = serialize_parts(self.middle, limit, self.counter)
@@ -85,10 +96,8 @@ class SummaryJob:
         The part is the prompt's last text (``prompt(part) == prompt("") + part``), so the prompt's size is its
         frame's count plus the part's blocks' counts — never a second tokenization of the whole prompt. That
         sum is a hair above the exact count (a separator may merge with its neighbour): it errs on fitting."""
-        frame = self.prompt("", previous)
-        tokens = (self.counter.count_text(frame) + part_tokens + self.counter.count_text(SUMMARIZER_SYSTEM)
-                  + _FRAMING)
-        return frame + part, max(1, min(self.max_tokens, request_room(self.window, tokens)))
+        tokens = self.frame_tokens(previous) + part_tokens
+        return self.prompt("", previous) + part, max(1, min(self.max_tokens, request_room(self.window, tokens)))
 
 
 async def summarize_in_parts(
