@@ -68,11 +68,11 @@ class ContextEngine(ABC):
     threshold_tokens: int = 0
     context_length: int = 0
     compression_count: int = 0
-    # True when ``compress`` and ``will_summarize`` take ``token_counts=`` (one exact count per message,
-    # which callers holding them pass so that nothing is re-tokenized); engines written before it existed
-    # leave it False and are never passed any.
+    # True when ``compress``, ``will_summarize`` and ``has_content_to_compress`` take ``token_counts=`` (one exact
+    # count per message, which callers holding them pass so that nothing is re-tokenized); engines written before
+    # it existed leave it False and are never passed any.
     accepts_token_counts: bool = False
-    # True when ``compress`` takes ``prepared=`` (one record per message, as ``on_messages_stored`` returned it
+    # True when the same three take ``prepared=`` (one record per message, as ``on_messages_stored`` returned it
     # when the message was stored), which a caller that kept them hands back after a restart.
     accepts_prepared: bool = False
     # True when ``compress`` takes ``ahead_of_need=True``: a compaction started below the threshold, while nobody

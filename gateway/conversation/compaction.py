@@ -33,8 +33,8 @@ from gateway.ops.metrics import EVENT_COMPRESS_ABORTED
 from gateway.runtime import Runtime
 from gateway.store import SessionEnded, SessionRecord, StaleWatermark
 
-__all__ = ["HygieneOutcome", "compress_session", "follow_stored", "hygiene_check", "persist_compaction", "run_hygiene",
-           "store_compaction"]
+__all__ = ["HygieneOutcome", "compress_session", "engine_inputs", "follow_stored", "framed", "hygiene_check",
+           "persist_compaction", "run_hygiene", "store_compaction"]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,22 @@ LOST_RACE = "compacted elsewhere meanwhile"
 
 def _without_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return messages[1:] if messages and messages[0].get("role") == "system" else messages
+
+
+async def engine_inputs(rt: Runtime, live: LiveSession) -> dict[str, Any]:
+    """What ``live.engine`` is handed beside the framed active set (`framed`) by whatever plans or makes a
+    compaction of it — a check, the announcement's, the compaction: the store's token counts and prepared records
+    (`stored_preparations`), each where the engine takes it, so that after a restart none of them tokenizes the
+    session or finds what was found when its messages were stored."""
+    held, engine = live.held_counts, live.engine
+    counts = {"token_counts": [rt.counter.count_message({"role": "system", "content": live.system_prompt}), *held]} \
+        if held is not None and getattr(engine, "accepts_token_counts", False) else {}
+    return {**counts, **await stored_preparations(rt, engine, live.id, live.watermark, len(live.messages))}
+
+
+def framed(live: LiveSession) -> list[dict[str, Any]]:
+    """What the engine compresses: the session's system prompt, then its active messages."""
+    return [{"role": "system", "content": live.system_prompt}, *live.messages]
 
 
 async def stored_preparations(rt: Runtime, engine: ContextEngine, session_id: str, watermark: int,
@@ -138,26 +154,27 @@ async def compress_session(
     force: bool = False,
     notices: NoticeSink | None = None,
     events: EventSink | None = None,
+    inputs: dict[str, Any] | None = None,
 ) -> CompressionResult:
     """Compress the stored session once, persist it, and notify engine, memory and listeners (R-S4).
 
-    The caller holds the session's compression lock.
+    The caller holds the session's compression lock. ``inputs``: `engine_inputs` of ``live``, when the caller
+    has just read them (/compress's check); read here otherwise.
     """
     engine, memory = live.engine, live.memory
-    framed = [{"role": "system", "content": live.system_prompt}, *live.messages]
+    messages = framed(live)
     counter, held, schemas = sessions.rt.counter, live.held_counts, live.loop.schemas()
     engine.set_request_overhead(counter.count_tools(schemas))
     tokens = counter.count_request(live.messages, system=live.system_prompt, tools=schemas,
                                    message_tokens=None if held is None else sum(held))
-    # The store's counts go to the engine, so a compression in the gateway never re-tokenizes the session.
-    counts = {"token_counts": [counter.count_message(framed[0]), *held]} \
-        if held is not None and getattr(engine, "accepts_token_counts", False) else {}
-    # The stored records first: the announcement's check plans the compaction, which prunes.
-    prepared = await stored_preparations(sessions.rt, engine, live.id, live.watermark, len(live.messages))
-    await before_compaction(engine, memory, framed, force=force, notices=notices, **counts, **prepared)
+    # The store's counts and records go to the engine, so a compression in the gateway never re-tokenizes the
+    # session, and the announcement's check, which plans the compaction (pruning included), has them too.
+    if inputs is None:
+        inputs = await engine_inputs(sessions.rt, live)
+    await before_compaction(engine, memory, messages, force=force, notices=notices, **inputs)
     engine.number_messages(live.first_seq)
-    result = await compress_with_progress(engine, framed, notices=notices, current_tokens=tokens, focus_topic=focus,
-                                          force=force, **counts, **prepared)
+    result = await compress_with_progress(engine, messages, notices=notices, current_tokens=tokens,
+                                          focus_topic=focus, force=force, **inputs)
     if result.aborted:
         await emit_notice(notices, aborted_notice(result.reason))
         await emit_event(events, AgentEvent(EVENT_COMPRESS_ABORTED, live.id, {"reason": reason}))

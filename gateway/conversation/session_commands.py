@@ -10,7 +10,7 @@ from agent.compression.engine import CompressionResult, ContextEngine
 from agent.memory import MemoryFull
 from gateway.conversation.ahead import compaction_ended, compaction_wait_s
 from gateway.conversation.command_rules import Command, CommandContext, is_operator
-from gateway.conversation.compaction import compress_session, stored_preparations
+from gateway.conversation.compaction import compress_session, engine_inputs, framed
 from gateway.conversation.pins import add_pin, format_pins, remove_pin
 from gateway.conversation.session import LiveSession
 
@@ -120,18 +120,18 @@ async def compress_command(ctx: CommandContext, focus: str | None) -> str:
 
 
 async def _compress_now(ctx: CommandContext, live: LiveSession, focus: str | None) -> str:
-    framed = [{"role": "system", "content": live.system_prompt}, *live.messages]
     counts = live.held_counts or [ctx.sessions.rt.counter.count_message(m) for m in live.messages]
-    # The check plans the compaction, which prunes: after a restart the stored records spare it that work.
-    prepared = await stored_preparations(ctx.sessions.rt, live.engine, live.id, live.watermark, len(live.messages))
-    if not live.engine.has_content_to_compress(framed, **prepared):
+    # The check plans the compaction, which prunes: after a restart the stored counts and records spare it
+    # tokenizing the session and pruning it anew, and the compaction takes them from here.
+    inputs = await engine_inputs(ctx.sessions.rt, live)
+    if not live.engine.has_content_to_compress(framed(live), **inputs):
         return nothing_to_compress(live.engine, counts)
     async with ctx.sessions.rt.locks.try_compression_lock(live.id) as acquired:
         if not acquired:
             return BUSY
         before = len(live.messages), sum(counts)
         result = await compress_session(ctx.sessions, live, reason=MANUAL_REASON, focus=focus, force=True,
-                                        notices=ctx.notices, events=ctx.events)
+                                        notices=ctx.notices, events=ctx.events, inputs=inputs)
     if result.compressed:
         # Told as the store records it (`concord sessions show`, /status's message count): the conversation's
         # messages and their tokens, without the system prompt the engine was also given.

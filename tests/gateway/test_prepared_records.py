@@ -13,7 +13,7 @@ from agent.compression import compressor, prune, registry
 from agent.compression.compressor import ContextCompressor
 from agent.compression.prepared import forget_prepared
 from agent.compression.prune import ARGUMENTS_MAX_CHARS
-from agent.tokens import get_counter
+from agent.tokens import TokenCounter, get_counter
 from gateway.conversation.session_commands import MANUAL_REASON
 from gateway.store._rows import payload_of
 from gateway.store.records import PreparedRecord
@@ -121,3 +121,28 @@ async def test_a_coding_history_is_pruned_from_its_records_after_a_restart(
     assert [c.reason for c in await restarted.rt.store.compactions.history(session_id)] == [MANUAL_REASON]
     assert described == []
     assert parsed and all(len(raw) <= ARGUMENTS_MAX_CHARS for raw in parsed)
+
+
+async def test_compress_after_a_restart_tokenizes_no_stored_message_again(
+        gateway_factory: GatewayFactory, fake_llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The store keeps every message's count: /compress's check, like the compaction, takes them from there rather
+    # than tokenizing the whole session again after a restart.
+    answer_by_kind(fake_llm, ANSWER)
+    gateway, adapter = await gateway_factory(llm=WINDOW)
+    history = chatter(30, words=30)
+    session_id = await bulk_session(gateway, "dm:c1", history)
+    for line in TURNS:
+        await adapter.say(line)
+    stored = {str(m.get("content")) for m in (await gateway.rt.store.messages.load_active(session_id)).messages}
+    await gateway.aclose(grace_seconds=5)
+
+    forget_prepared()
+    get_counter()._cache.clear()
+    tokenized: list[str] = []
+    uncached = TokenCounter._uncached_message
+    monkeypatch.setattr(TokenCounter, "_uncached_message",
+                        lambda self, message: tokenized.append(str(message.get("content"))) or uncached(self, message))
+    restarted, adapter = await gateway_factory(llm=WINDOW)
+    await adapter.say("/compress", user_id="boss")
+    assert [c.reason for c in await restarted.rt.store.compactions.history(session_id)] == [MANUAL_REASON]
+    assert tokenized and not stored & set(tokenized)  # (the system prompt and the summary are new texts)
