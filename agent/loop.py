@@ -52,7 +52,7 @@ from agent.turn import (
     close_open_tool_calls,
     user_message,
 )
-from agent.turn_compaction import SessionSwitch, TurnCompaction
+from agent.turn_compaction import SessionSwitch, StoredRecords, TurnCompaction
 from agent.turn_state import Stop, Turn
 from agent.window_fit import WindowFitting
 
@@ -105,6 +105,10 @@ class AgentLoop(WindowFitting, ErrorRecovery, TurnCompaction):
         # the request fits the window: triggers ① and ② leave the compacting to it; the guard still compresses
         # a request that would not fit, and recovery one the server refused.
         self.hold_compaction = False
+        # Set by the owner that stores the conversation (the gateway): reads what the engine prepared for each
+        # stored message (`on_messages_stored`), so that a compaction in a turn after a restart finds nothing
+        # again; None: nothing kept.
+        self.stored_records: StoredRecords | None = None
         self._skip_noticed = False
         # Request sizes as the server counts them; each message is counted once, and a compression is handed
         # the counts instead of re-tokenizing.

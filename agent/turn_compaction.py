@@ -8,7 +8,7 @@ continue the conversation under a new session id.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -21,11 +21,14 @@ from agent.tokens import TokenCounter
 from agent.turn import Compaction, LoopConfig
 from agent.turn_state import Turn
 
-__all__ = ["SessionSwitch", "TurnCompaction"]
+__all__ = ["SessionSwitch", "StoredRecords", "TurnCompaction"]
 
 # Called after each compaction with what happened; returns the session id the conversation continues under
 # (a new one when the gateway rotates sessions, the same one for in-place compaction).
 SessionSwitch = Callable[[Compaction], Awaitable[str]]
+# Reads what the engine prepared for each message of the conversation as stored now (`ContextEngine.on_messages_
+# stored`'s records, kept by the caller), oldest first; () when it keeps none.
+StoredRecords = Callable[[], Awaitable[Sequence[str | None]]]
 
 
 class TurnCompaction:
@@ -39,6 +42,7 @@ class TurnCompaction:
     notices: NoticeSink | None
     events: EventSink | None
     switch_session: SessionSwitch | None
+    stored_records: StoredRecords | None
     counter: TokenCounter
     config: LoopConfig
     _skip_noticed: bool
@@ -49,16 +53,21 @@ class TurnCompaction:
     async def _compress(self, turn: Turn, trigger: str, tokens: int, *, force: bool = False) -> CompressionResult:
         framed = [{"role": "system", "content": self.system_prompt}, *turn.messages]
         self.engine.set_request_overhead(self.counter.count_tools(self.schemas()))
-        counts: dict[str, Any] = {}
+        inputs: dict[str, Any] = {}
         if getattr(self.engine, "accepts_token_counts", False):
             self._meter.ledger.sync(turn.messages)
-            counts["token_counts"] = [self.counter.count_message(framed[0]), *self._meter.ledger.counts]
+            inputs["token_counts"] = [self.counter.count_message(framed[0]), *self._meter.ledger.counts]
+        if self.stored_records is not None and getattr(self.engine, "accepts_prepared", False):
+            # Read only now: a turn that does not compact does not need them. The engine takes a record only for
+            # the message it was made for, whichever place it is handed in; one per message is all it asks.
+            records = list(await self.stored_records())[: len(turn.messages)]
+            inputs["prepared"] = [None, *records, *[None] * (len(turn.messages) - len(records))]
         if await before_compaction(self.engine, self.memory, framed, force=force, notices=self.notices,
-                                   announce=not turn.told_compacting, **counts):
+                                   announce=not turn.told_compacting, **inputs):
             turn.told_compacting = True
         result = await compress_with_progress(self.engine, framed, notices=self.notices,
                                               every_s=self.config.progress_every_s, current_tokens=tokens,
-                                              force=force, **counts)
+                                              force=force, **inputs)
         # Every later check of the turn is still over the threshold and aborts again: warn once per turn.
         if result.aborted and not turn.told_aborted:
             turn.told_aborted = True

@@ -34,7 +34,7 @@ from gateway.runtime import Runtime
 from gateway.store import SessionEnded, SessionRecord, StaleWatermark
 
 __all__ = ["HygieneOutcome", "compress_session", "engine_inputs", "follow_stored", "framed", "hygiene_check",
-           "persist_compaction", "run_hygiene", "store_compaction"]
+           "persist_compaction", "run_hygiene", "store_compaction", "stored_records"]
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +72,16 @@ async def stored_preparations(rt: Runtime, engine: ContextEngine, session_id: st
     takes it; else nothing. Read only now: a turn that does not compact does not need it."""
     if not getattr(engine, "accepts_prepared", False):
         return {}
+    records = await stored_records(rt, session_id, watermark, stored)
+    return {"prepared": [None, *records]} if records else {}
+
+
+async def stored_records(rt: Runtime, session_id: str, watermark: int, stored: int) -> list[str | None]:
+    """What the engine prepared for each of the session's ``stored`` active messages up to ``watermark``, as the
+    store kept it; [] when the rows read are not those messages."""
     records = await rt.store.messages.prepared_of_active(session_id, watermark)
     # Another worker's append after ``watermark`` is not read; a replacement since would make the lengths differ.
-    return {"prepared": [None, *records]} if len(records) == stored else {}
+    return records if len(records) == stored else []
 
 
 async def store_compaction(rt: Runtime, session_id: str, watermark: int, result: CompressionResult, reason: str,

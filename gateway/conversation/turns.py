@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +44,7 @@ from agent.events import (
     emit_notice,
 )
 from agent.turn import Compaction, TurnResult
-from gateway.conversation.compaction import follow_stored, persist_compaction
+from gateway.conversation.compaction import follow_stored, persist_compaction, stored_records
 from gateway.conversation.engine_state import export_engine_state, restore_engine_state
 from gateway.conversation.session import LiveSession, SessionManager
 from gateway.delivery.delivery import MarkedAnswer
@@ -131,6 +131,18 @@ async def agent_turn(
         live.engine.number_messages(live.first_seq)  # numbers of the stored set as it is now
         return live.id
 
+    async def records() -> Sequence[str | None]:
+        # What the engine prepared for each stored message, for a compaction in the turn to adopt. Records only
+        # spare work: an outage reading them costs that work, not the turn.
+        try:
+            return await stored_records(sessions.rt, live.id, live.watermark, len(live.messages))
+        except Exception as exc:
+            if not is_storage_outage(exc):
+                raise
+            log.warning("the prepared records of session %s could not be read (%s); its compaction finds them anew",
+                        live.id, type(exc).__name__)
+            return ()
+
     async def notice(sent: Notice) -> None:
         # The loop reports a compression that gave up only as this notice (once per turn), so it is turned
         # into the event the metrics count here; which trigger it was is not known.
@@ -139,7 +151,7 @@ async def agent_turn(
         await emit_notice(notices, sent)
 
     loop.notices, loop.events, loop.switch_session, loop.stream = notice, events, switch, stream
-    loop.hold_compaction = hold_compaction
+    loop.hold_compaction, loop.stored_records = hold_compaction, records
     live.engine.number_messages(live.first_seq)
     try:
         running = asyncio.create_task(loop.run_turn(live.messages, message, token_counts=live.held_counts))
@@ -147,7 +159,7 @@ async def agent_turn(
             on_start(running)
         result = await running
     finally:
-        loop.notices = loop.events = loop.switch_session = loop.stream = None
+        loop.notices = loop.events = loop.switch_session = loop.stream = loop.stored_records = None
         loop.hold_compaction = False
     if answer is not None:
         answer.out = answer.compose(result)

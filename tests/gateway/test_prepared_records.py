@@ -4,6 +4,7 @@ finding every fact and tokenizing every block again."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -96,17 +97,10 @@ async def test_a_coding_history_is_pruned_from_its_records_after_a_restart(
     history = coding_session(16, output_lines=8)[1:]
     history[1:1] = [call("w0", "write_file", {"path": "src/big.py", "content": "y = 2\n" * 2_000}),
                     result("w0", "written")]
-    session_id = await bulk_session(gateway, "dm:c1", history)
+    session_id, kept = await _stored_with_records(gateway, history)
     store = gateway.rt.store
-    records = ContextCompressor(context_length=WINDOW["context_length"], summary_provider=None) \
-        .on_messages_stored(history)
     watermark = (await store.messages.load_active(session_id)).watermark
-    first = watermark - len(history) + 1
-    await store.messages.append(session_id, [], [], prepared=[
-        PreparedRecord(first + i, payload_of(message), record)
-        for i, (message, record) in enumerate(zip(history, records, strict=True)) if record is not None])
-    assert sum(r is not None for r in await store.messages.prepared_of_active(session_id, watermark)) == \
-        sum(r is not None for r in records) > 16
+    assert sum(r is not None for r in await store.messages.prepared_of_active(session_id, watermark)) == kept > 16
     await gateway.aclose(grace_seconds=5)
 
     forget_prepared()
@@ -146,3 +140,63 @@ async def test_compress_after_a_restart_tokenizes_no_stored_message_again(
     await adapter.say("/compress", user_id="boss")
     assert [c.reason for c in await restarted.rt.store.compactions.history(session_id)] == [MANUAL_REASON]
     assert tokenized and not stored & set(tokenized)  # (the system prompt and the summary are new texts)
+
+
+async def _stored_with_records(gateway: Any, history: list[dict[str, Any]]) -> tuple[str, int]:
+    """A session of ``history`` stored with the records the engine makes for it; its id and how many it has."""
+    session_id = await bulk_session(gateway, "dm:c1", history)
+    store = gateway.rt.store
+    records = ContextCompressor(context_length=WINDOW["context_length"], summary_provider=None) \
+        .on_messages_stored(history)
+    watermark = (await store.messages.load_active(session_id)).watermark
+    first = watermark - len(history) + 1
+    await store.messages.append(session_id, [], [], prepared=[
+        PreparedRecord(first + i, payload_of(message), record)
+        for i, (message, record) in enumerate(zip(history, records, strict=True)) if record is not None])
+    return session_id, sum(record is not None for record in records)
+
+
+async def test_a_compaction_inside_a_turn_after_a_restart_adopts_the_stored_records(
+        gateway_factory: GatewayFactory, fake_llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    answer_by_kind(fake_llm, ANSWER)
+    gateway, _ = await gateway_factory(llm=WINDOW)
+    # Over the agent's threshold (half the window) and under hygiene's: the turn itself compacts.
+    session_id, kept = await _stored_with_records(gateway, chatter(110, words=40))
+    assert kept == 110
+    await gateway.aclose(grace_seconds=5)
+
+    forget_prepared()
+    get_counter()._cache.clear()
+    adopted: list[int] = []
+    adopt = compressor.adopt_records
+    monkeypatch.setattr(compressor, "adopt_records", lambda *args: adopted.append(adopt(*args)) or adopted[-1])
+    restarted, adapter = await gateway_factory(llm=WINDOW)
+    await adapter.say("and where do we stand now?")
+    assert adapter.texts()[-1] == ANSWER
+    assert [c.reason for c in await restarted.rt.store.compactions.history(session_id)][:1] == ["agent: preflight"]
+    # The announcement's check and the compaction, each handed every stored message's record.
+    assert adopted == [kept, kept]
+
+
+async def test_a_turn_whose_records_cannot_be_read_compacts_without_them(
+        gateway_factory: GatewayFactory, fake_llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    answer_by_kind(fake_llm, ANSWER)
+    gateway, _ = await gateway_factory(llm=WINDOW)
+    session_id, _ = await _stored_with_records(gateway, chatter(110, words=40))
+    await gateway.aclose(grace_seconds=5)
+
+    forget_prepared()
+    get_counter()._cache.clear()
+    restarted, adapter = await gateway_factory(llm=WINDOW)
+
+    async def down(*args: Any) -> list[str | None]:
+        raise ConnectionRefusedError("the store is down")
+
+    monkeypatch.setattr(restarted.rt.store.messages, "prepared_of_active", down)
+    with caplog.at_level(logging.WARNING):
+        await adapter.say("and where do we stand now?")
+    # Records only spare work: the turn is answered and its compaction stored, the facts found anew.
+    assert adapter.texts()[-1] == ANSWER
+    assert [c.reason for c in await restarted.rt.store.compactions.history(session_id)][:1] == ["agent: preflight"]
+    assert f"the prepared records of session {session_id} could not be read (ConnectionRefusedError)" in caplog.text
