@@ -21,6 +21,7 @@ a compiler's or a tool's error, a system message pasted into a line, the message
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -183,10 +184,14 @@ def _is_constraint(sentence: str) -> bool:
         cleaned = _ZH_NOT_RULE.sub("", text)
         if _ZH_RULE.search(cleaned):
             return True
+    rules = _EN_RULE.finditer(text)
+    first = next(rules, None)
+    if first is None:  # (most sentences with a cue word: the idioms are then not looked for)
+        return False
     # An idiom ("I don't know", "never mind") rules out only the cue it holds, not a rule later in the sentence.
     idioms = [m.span() for m in _EN_NOT_RULE.finditer(text)]
     return any(not any(m.start() < end and start < m.end() for start, end in idioms)
-               for m in _EN_RULE.finditer(text))
+               for m in itertools.chain((first,), rules))
 
 
 def extract_constraints(text: str) -> list[str]:
