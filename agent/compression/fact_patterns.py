@@ -168,6 +168,11 @@ _EN_NOT_RULE = re.compile(
     r"i\s+always\s+(?:forget|forgot|wonder|wondered|thought|liked|loved|hated|get|got|had|was|knew)\b|"
     r"i\s+(?:don['’]t|do\s+not)\s+(?:know|think|understand|care|remember|see|get))"
 )
+# Every rule `_EN_RULE` finds holds one of these words, its cue. In ASCII text no character but an ASCII letter
+# reads as one under re.IGNORECASE, so lower-casing finds them all: a sentence with none is not tried (most sentences
+# of a text with a cue word elsewhere; the rule patterns cost more than the whole check).
+_ASCII_CUE_RE = re.compile(r"must|shall|should|always|never|don't|do\s+not|dont|only|prefer|rather|make\s+sure"
+                           r"|be\s+sure|remember\s+to|avoid")
 _ZH_RULE = re.compile(r"必须|务必|一定|不要|不许|不准|不能|禁止|请勿|千万|永远|始终|只能|只用|只回答|只说|只写|只改|只在|别|优先|更喜欢|偏好|宁可|一律")
 # Compounds in which those characters are not a rule: 别人 (others), 只是 (just), 不要紧 (never mind), …
 _ZH_NOT_RULE = re.compile(
@@ -180,6 +185,8 @@ def _is_constraint(sentence: str) -> bool:
     text = sentence.strip()
     if not text or text.endswith(("?", "？")):
         return False
+    if text.isascii() and _ASCII_CUE_RE.search(text.lower()) is None:
+        return False  # (no cue word; nor, in ASCII, a Chinese rule)
     if _ZH_RULE.search(text):
         cleaned = _ZH_NOT_RULE.sub("", text)
         if _ZH_RULE.search(cleaned):

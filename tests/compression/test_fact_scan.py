@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from agent.compression import evidence
+from agent.compression import evidence, fact_patterns
 from agent.compression.evidence import (
     Fact,
     clear_fact_cache,
@@ -81,6 +82,34 @@ def test_a_finder_whose_gate_is_absent_finds_nothing(text: str) -> None:
     for scanner in SCANNERS:
         if scanner.name not in present:
             assert list(scanner.find(text)) == [], scanner.name
+
+
+# Sentences shaped like the rules `_EN_RULE` finds: a frame, one of its cue spellings, a word after it; spaces of
+# every kind and case flipped.
+_RULE_FRAMES = ["", ", ", "; ", "(", "- ", "you ", "We ", "please ", "the team ", "I", "and ", "so ", "it "]
+_RULE_CUES = ["must", "mustn't", "must not", "shall not", "should never", "should always", "should not", "shouldn't",
+              "always", "never", "don't", "do not", "dont", "only", "prefer", "would prefer", "'d rather",
+              "would much rather", "make sure", "be sure", "remember to", "avoid"]
+_SPACES = [" ", "  ", "\t", "\x1c", "\x1f", "\u00a0", "\u2028"]
+rule_shaped = st.builds(
+    lambda frame, cue, after, spaces, flips: "".join(
+        (c.swapcase() if flip else c) if c != " " else space
+        for c, flip, space in zip(frame + cue + after, flips * 40, spaces * 40, strict=False)),
+    st.sampled_from(_RULE_FRAMES), st.sampled_from(_RULE_CUES), st.sampled_from([" use tabs", " push", " ok", ""]),
+    st.lists(st.sampled_from(_SPACES), min_size=1, max_size=6), st.lists(st.booleans(), min_size=1, max_size=7))
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.one_of(generated, rule_shaped))
+@example("You  MUST\x1cuse tabs")
+@example("we'd rather\tnot")
+@example("do\x1fnot push on Fridays")
+@example("Make\u00a0sure it builds")  # (not ASCII: tried whole)
+@example("please ALWAYS answer in French")
+def test_an_ascii_sentence_the_rule_finder_skips_holds_no_rule(text: str) -> None:
+    # The finder skips an ASCII sentence with no cue word: the rule patterns find nothing there.
+    if text.isascii() and fact_patterns._ASCII_CUE_RE.search(text.lower()) is None:
+        assert fact_patterns._EN_RULE.search(text) is None and fact_patterns._ZH_RULE.search(text) is None
 
 
 def test_the_case_twins_are_all_the_characters_that_read_as_ascii_letters() -> None:
@@ -189,5 +218,9 @@ def test_the_whole_corpus_gives_the_same_facts_gated_cached_and_ungated(corpus_r
             patch.setattr(evidence._GATES, "present", lambda text: EVERY)
             clear_fact_cache()
             ungated = every(scan_chars)
-        assert gated == ungated and cached == ungated
+            # Nor does the rule finder's own gate (an ASCII sentence without a cue word is not tried) lose a rule.
+            patch.setattr(fact_patterns, "_ASCII_CUE_RE", re.compile(""))
+            clear_fact_cache()
+            every_sentence = every(scan_chars)
+        assert gated == ungated == every_sentence and cached == ungated
     assert sum(len(facts) for facts in ungated) > 5_000
