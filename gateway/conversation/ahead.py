@@ -36,7 +36,13 @@ from agent.lru import LruCache
 from agent.memory import MemoryProvider
 from agent.turn import Compaction
 from gateway.config import Settings, summary_deadline_seconds
-from gateway.conversation.compaction import LOST_RACE, store_compaction, stored_preparations
+from gateway.conversation.compaction import (
+    LOST_RACE,
+    store_compaction,
+    stored_counts,
+    stored_preparations,
+    system_message,
+)
 from gateway.conversation.engine_state import restore_engine_state
 from gateway.conversation.hygiene import session_tokens
 from gateway.conversation.session import LiveSession, SessionManager
@@ -246,9 +252,8 @@ class AheadCompactions:
         if not ahead_due(tokens, engine.threshold_tokens,
                          *conversation_pace(active.messages, active.token_counts, record.engine.last_compaction)):
             return None
-        framed = [{"role": "system", "content": job.system_prompt}, *active.messages]
-        counts = {"token_counts": [counter.count_message(framed[0]), *active.token_counts]} \
-            if getattr(engine, "accepts_token_counts", False) else {}
+        framed = [system_message(job.system_prompt), *active.messages]
+        counts = stored_counts(counter, engine, job.system_prompt, active.token_counts)
         # Cut as the threshold's compaction would, so that the next one is as far away (`agent.compression.plan`).
         ahead = {"ahead_of_need": True} if getattr(engine, "accepts_ahead_of_need", False) else {}
         engine.set_request_overhead(counter.count_tools(job.schemas))

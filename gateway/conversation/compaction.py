@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,7 @@ from agent.events import (
     emit_event,
     emit_notice,
 )
+from agent.tokens import TokenCounter
 from agent.turn import Compaction
 from gateway.conversation.engine_state import compaction_info, export_engine_state, restore_engine_state
 from gateway.conversation.hygiene import HygieneCheck, check_hygiene, session_tokens
@@ -34,7 +36,7 @@ from gateway.runtime import Runtime
 from gateway.store import SessionEnded, SessionRecord, StaleWatermark
 
 __all__ = ["HygieneOutcome", "compress_session", "engine_inputs", "follow_stored", "framed", "hygiene_check",
-           "persist_compaction", "run_hygiene", "store_compaction", "stored_records"]
+           "persist_compaction", "run_hygiene", "store_compaction", "stored_counts", "stored_records", "system_message"]
 
 log = logging.getLogger(__name__)
 
@@ -53,15 +55,27 @@ async def engine_inputs(rt: Runtime, live: LiveSession) -> dict[str, Any]:
     compaction of it — a check, the announcement's, the compaction: the store's token counts and prepared records
     (`stored_preparations`), each where the engine takes it, so that after a restart none of them tokenizes the
     session or finds what was found when its messages were stored."""
-    held, engine = live.held_counts, live.engine
-    counts = {"token_counts": [rt.counter.count_message({"role": "system", "content": live.system_prompt}), *held]} \
-        if held is not None and getattr(engine, "accepts_token_counts", False) else {}
-    return {**counts, **await stored_preparations(rt, engine, live.id, live.watermark, len(live.messages))}
+    counts = stored_counts(rt.counter, live.engine, live.system_prompt, live.held_counts)
+    return {**counts, **await stored_preparations(rt, live.engine, live.id, live.watermark, len(live.messages))}
 
 
 def framed(live: LiveSession) -> list[dict[str, Any]]:
     """What the engine compresses: the session's system prompt, then its active messages."""
-    return [{"role": "system", "content": live.system_prompt}, *live.messages]
+    return [system_message(live.system_prompt), *live.messages]
+
+
+def system_message(system_prompt: str) -> dict[str, Any]:
+    """The system prompt as the first message of what the engine compresses."""
+    return {"role": "system", "content": system_prompt}
+
+
+def stored_counts(counter: TokenCounter, engine: ContextEngine, system_prompt: str,
+                  counts: Sequence[int] | None) -> dict[str, Any]:
+    """``engine.compress``'s ``token_counts`` argument for a framed active set: the system prompt's count, then the
+    store's ``counts`` of the messages, where the engine takes them and the caller holds them; else nothing."""
+    if counts is None or not getattr(engine, "accepts_token_counts", False):
+        return {}
+    return {"token_counts": [counter.count_message(system_message(system_prompt)), *counts]}
 
 
 async def stored_preparations(rt: Runtime, engine: ContextEngine, session_id: str, watermark: int,
